@@ -1,0 +1,15 @@
+"""Federated algorithms, one module each; `ALGORITHMS` maps CLI names to builders."""
+
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg, dp_fedavg_record_level, dp_fedsgd
+from fedjax_dp.algorithms.fedavg import fedavg
+
+ALGORITHMS = {
+    "dp_fedavg": dp_fedavg,
+    "dp_fedsgd": dp_fedsgd,
+    "dp_fedavg_record_level": dp_fedavg_record_level,
+    "fedavg": fedavg,
+}
+
+__all__ = ["Algorithm", "PrivacySpec", "ALGORITHMS", "dp_fedavg", "dp_fedsgd",
+           "dp_fedavg_record_level", "fedavg"]

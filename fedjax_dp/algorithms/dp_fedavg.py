@@ -1,0 +1,210 @@
+"""DP-FedAvg and DP-FedSGD at user level, and the record-level (local DP-SGD) variant.
+
+User level (McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent
+Language Models", ICLR 2018, Algorithm 1), per round t:
+
+  C^t  <- Poisson sample, each user independently with probability q   (sampler)
+  for k in C^t:  Delta_k <- ClientUpdate(k, theta^t)                    (local SGD, E epochs)
+                 Delta_k <- Delta_k * min(1, S / ||Delta_k||)            (ClipFn, flat clipping)
+  Delta  <- (sum_k w_k Delta_k + N(0, (z S)^2 I)) / (q W)              (fixed denominator f~_f)
+  theta^{t+1} <- ServerOpt(theta^t, Delta)                            (sgd(1.0) = FedAvg)
+
+with w_k = 1 (uniform) or min(n_k / cap, 1), and W = sum_k w_k over the population.
+DP-FedSGD is the same round with one full-batch local gradient step per client.
+Privacy: each round is PoissonSampledDpEvent(q, GaussianDpEvent(z)), add/remove one
+user; composed over rounds by the ledger.
+
+Record level (Abadi et al., CCS 2016, run inside each client): each sampled client
+runs local DP-SGD (Poisson-sampled examples at rate q_r, per-example clipping to C_r,
+noise N(0, (z_r C_r)^2)); the server averages the uploads (post-processing). Each
+round composes ``local_steps`` PoissonSampledDpEvent(q_r, GaussianDpEvent(z_r)) per
+example; amplification by client sampling is conservatively NOT claimed.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import jax
+import numpy as np
+import optax
+
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+from fedjax_dp.federated import aggregation, server
+from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
+from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
+                                  check_non_negative, check_positive, check_probability)
+
+
+def _client_optimizer(name: str, lr: float) -> optax.GradientTransformation:
+  check_choice("client_optimizer", name, ("sgd", "momentum", "adam"))
+  lr = check_positive("client_learning_rate", lr)
+  if name == "sgd":
+    return optax.sgd(lr)
+  if name == "momentum":
+    return optax.sgd(lr, momentum=0.9)
+  return optax.adam(lr)
+
+
+def _sampler(data, sampler: str, sampling_rate, clients_per_round, k_max):
+  n = data.num_clients
+  check_choice("sampler", sampler, ("poisson", "fixed_size"))
+  if (sampling_rate is None) == (clients_per_round is None):
+    raise FedJaxDpError("give exactly one of sampling_rate and clients_per_round.")
+  if clients_per_round is not None:
+    m = check_int("clients_per_round", clients_per_round, minimum=1)
+    if m > n:
+      raise FedJaxDpError(
+          f"clients_per_round must be <= the population size {n}, got {m}.")
+    sampling_rate = m / n
+  q = check_probability("sampling_rate", sampling_rate)
+  if sampler == "poisson":
+    return PoissonSampler.create(n, q, k_max=k_max)
+  m = clients_per_round if clients_per_round is not None else max(1, round(q * n))
+  return FixedSizeSampler.create(n, m)
+
+
+def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 1.0,
+              sampling_rate: Optional[float] = None,
+              clients_per_round: Optional[int] = None, sampler: str = "poisson",
+              local_epochs: Optional[int] = 1, local_steps: Optional[int] = None,
+              batch_size: int = 32, client_optimizer: str = "sgd",
+              client_learning_rate: float = 0.1, server_optimizer: str = "fedavg",
+              server_learning_rate: float = 1.0, weighting: str = "uniform",
+              data_size_cap: Optional[float] = None, k_max: Optional[int] = None,
+              fedsgd: bool = False) -> Algorithm:
+  """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
+
+  Args:
+    model: a `fedjax_dp.models.Model`.
+    data: a `fedjax_dp.data.FederatedData` (its shape fixes the static cohort layout).
+    clip_norm: S > 0, L2 bound on each client's update (same units as the parameters).
+    noise_multiplier: z >= 0; central noise std ``z * S`` on the weighted sum.
+    sampling_rate / clients_per_round: q, or the expected cohort size ``q N``.
+    sampler: ``"poisson"`` (the paper's) or ``"fixed_size"`` (without replacement).
+    local_epochs / local_steps: local work (ignored for DP-FedSGD).
+    batch_size: local minibatch size.
+    client_optimizer / client_learning_rate: ``sgd`` | ``momentum`` | ``adam`` and its lr.
+    server_optimizer / server_learning_rate: see `fedjax_dp.federated.server`.
+    weighting: ``"uniform"`` (w_k = 1) or ``"data_size"`` (w_k = min(n_k / cap, 1),
+      ``data_size_cap`` required).
+    k_max: override the padded cohort size (default: overflow probability < 1e-9).
+    fedsgd: DP-FedSGD: one full-batch gradient step per client.
+
+  Returns:
+    An `Algorithm`.
+
+  Raises:
+    FedJaxDpError: on invalid arguments (before anything is compiled).
+  """
+  clip_norm = check_positive("clip_norm", clip_norm)
+  noise_multiplier = check_non_negative("noise_multiplier", noise_multiplier)
+  check_choice("weighting", weighting, ("uniform", "data_size"))
+  if weighting == "data_size" and data_size_cap is None:
+    raise FedJaxDpError(
+        "weighting='data_size' under DP needs data_size_cap (weights min(n_k/cap, 1) <= 1 "
+        "bound each client's influence).")
+  samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  if fedsgd:
+    local_epochs, local_steps, batch_size = None, 1, data.max_examples
+  client = make_client_update(
+      model, _client_optimizer(client_optimizer, client_learning_rate),
+      batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
+      local_steps=local_steps)
+  config = RoundConfig(
+      clip_updates=True, noise="central", weighting=weighting, denominator="expected",
+      data_size_cap=data_size_cap,
+      population_weight=aggregation.population_weight_total(data.counts, weighting,
+                                                            data_size_cap))
+  server_opt = server.server_optimizer(server_optimizer, server_learning_rate)
+  round_fn = make_round(client, samp, server_opt, config)
+  name = "dp_fedsgd" if fedsgd else "dp_fedavg"
+  neighbour = ("add/remove one client's entire data" if samp.kind == "poisson"
+               else "replace one client's entire data")
+  return Algorithm(
+      name=name, round_fn=round_fn,
+      init=lambda key: server.init_server_state(model.init(key), server_opt),
+      hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate),
+      privacy=PrivacySpec("user-level", neighbour, samp.kind, samp.dp_event_kwargs()),
+      k_max=samp.k_max,
+      config=dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+                  sampling_rate=samp.sampling_rate, sampler=samp.kind, k_max=samp.k_max,
+                  expected_cohort_size=samp.expected_cohort_size,
+                  local_epochs=local_epochs, local_steps=local_steps,
+                  batch_size=batch_size, client_optimizer=client_optimizer,
+                  client_learning_rate=client_learning_rate,
+                  server_optimizer=server_optimizer,
+                  server_learning_rate=server_learning_rate, weighting=weighting,
+                  data_size_cap=data_size_cap))
+
+
+def dp_fedsgd(model, data, **kwargs) -> Algorithm:
+  """User-level DP-FedSGD (McMahan et al. 2018): `dp_fedavg` with ``fedsgd=True``."""
+  return dp_fedavg(model, data, fedsgd=True, **kwargs)
+
+
+def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
+                           record_noise_multiplier: float = 1.0,
+                           record_sampling_rate: Optional[float] = None,
+                           sampling_rate: Optional[float] = None,
+                           clients_per_round: Optional[int] = None,
+                           sampler: str = "poisson", local_epochs: Optional[int] = 1,
+                           local_steps: Optional[int] = None, batch_size: int = 32,
+                           client_optimizer: str = "sgd",
+                           client_learning_rate: float = 0.1,
+                           server_optimizer: str = "fedavg",
+                           server_learning_rate: float = 1.0,
+                           weighting: str = "data_size",
+                           k_max: Optional[int] = None) -> Algorithm:
+  """Record-level DP: local DP-SGD in every client, uploads averaged (see module doc).
+
+  Args:
+    record_clip_norm: C_r > 0, per-example gradient clip norm.
+    record_noise_multiplier: z_r >= 0; noise std ``z_r * C_r`` on each step's sum.
+    record_sampling_rate: q_r in (0, 1], Poisson rate of examples per local step;
+      default ``min(1, batch_size / mean client size)``.
+    local_epochs / local_steps: ``local_steps`` DP-SGD steps, or ``E * ceil(1 / q_r)``.
+    weighting: server averaging of uploads (``data_size``: raw n_k; ``uniform``);
+      post-processing, so it does not affect the record-level guarantee.
+    Other arguments as in `dp_fedavg`.
+
+  Returns:
+    An `Algorithm` whose rounds report ``dp_steps = local DP-SGD steps``.
+  """
+  record_clip_norm = check_positive("record_clip_norm", record_clip_norm)
+  record_noise_multiplier = check_non_negative("record_noise_multiplier",
+                                               record_noise_multiplier)
+  check_int("batch_size", batch_size, minimum=1)
+  if record_sampling_rate is None:
+    record_sampling_rate = min(1.0, batch_size / float(np.mean(data.counts)))
+  q_r = check_probability("record_sampling_rate", record_sampling_rate)
+  samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  dp_cfg = DpSgdConfig.create(data.max_examples, q_r, local_epochs=local_epochs,
+                              local_steps=local_steps)
+  client = make_client_update(
+      model, _client_optimizer(client_optimizer, client_learning_rate),
+      batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg)
+  config = RoundConfig(clip_updates=False, noise="none", weighting=weighting,
+                       denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps)
+  server_opt = server.server_optimizer(server_optimizer, server_learning_rate)
+  return Algorithm(
+      name="dp_fedavg_record_level", round_fn=make_round(client, samp, server_opt, config),
+      init=lambda key: server.init_server_state(model.init(key), server_opt),
+      hparams=RoundHParams(np.inf, 0.0, samp.sampling_rate,
+                           ClientHParams(record_clip_norm, record_noise_multiplier, q_r)),
+      privacy=PrivacySpec(
+          "record-level", "add/remove one example of one client", "poisson", {},
+          note=("each round composes the local DP-SGD steps of Poisson-sampled examples; "
+                "amplification by client sampling is not claimed (conservative).")),
+      k_max=samp.k_max,
+      config=dict(record_clip_norm=record_clip_norm,
+                  record_noise_multiplier=record_noise_multiplier,
+                  record_sampling_rate=q_r, local_dp_steps=dp_cfg.num_steps,
+                  max_batch_size=dp_cfg.max_batch_size, sampling_rate=samp.sampling_rate,
+                  sampler=samp.kind, k_max=samp.k_max, batch_size=batch_size,
+                  client_optimizer=client_optimizer,
+                  client_learning_rate=client_learning_rate,
+                  server_optimizer=server_optimizer,
+                  server_learning_rate=server_learning_rate, weighting=weighting))

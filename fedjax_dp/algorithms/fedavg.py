@@ -1,0 +1,55 @@
+"""Non-private FedAvg (McMahan et al., AISTATS 2017, Algorithm 1): the baseline.
+
+  C^t <- m clients without replacement
+  Delta_k <- ClientUpdate(k, theta^t)                   (E local epochs of minibatch SGD)
+  Delta   <- sum_k n_k Delta_k / sum_k n_k              (data-size weighted mean)
+  theta^{t+1} <- ServerOpt(theta^t, Delta)               (sgd(1.0) = FedAvg)
+
+No clipping and no noise: its rounds report noise_multiplier 0, i.e. epsilon = inf.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from fedjax_dp.algorithms.base import Algorithm
+from fedjax_dp.algorithms.dp_fedavg import _client_optimizer, _sampler
+from fedjax_dp.federated import server
+from fedjax_dp.federated.client import make_client_update
+from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.validation import check_choice
+
+
+def fedavg(model, data, *, clients_per_round: Optional[int] = None,
+           sampling_rate: Optional[float] = None, sampler: str = "fixed_size",
+           local_epochs: Optional[int] = 1, local_steps: Optional[int] = None,
+           batch_size: int = 32, client_optimizer: str = "sgd",
+           client_learning_rate: float = 0.1, server_optimizer: str = "fedavg",
+           server_learning_rate: float = 1.0, weighting: str = "data_size",
+           k_max: Optional[int] = None) -> Algorithm:
+  """Non-private FedAvg; arguments as in `fedjax_dp.algorithms.dp_fedavg.dp_fedavg`.
+
+  ``weighting="data_size"`` weighs by raw n_k (the original FedAvg); ``"uniform"``
+  averages clients equally. The denominator is the cohort's actual weight sum.
+  """
+  check_choice("weighting", weighting, ("uniform", "data_size"))
+  samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  client = make_client_update(
+      model, _client_optimizer(client_optimizer, client_learning_rate),
+      batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
+      local_steps=local_steps)
+  config = RoundConfig(clip_updates=False, noise="none", weighting=weighting,
+                       denominator="actual")
+  server_opt = server.server_optimizer(server_optimizer, server_learning_rate)
+  return Algorithm(
+      name="fedavg", round_fn=make_round(client, samp, server_opt, config),
+      init=lambda key: server.init_server_state(model.init(key), server_opt),
+      hparams=RoundHParams(float("inf"), 0.0, samp.sampling_rate), privacy=None,
+      k_max=samp.k_max,
+      config=dict(sampling_rate=samp.sampling_rate, sampler=samp.kind, k_max=samp.k_max,
+                  expected_cohort_size=samp.expected_cohort_size,
+                  local_epochs=local_epochs, local_steps=local_steps,
+                  batch_size=batch_size, client_optimizer=client_optimizer,
+                  client_learning_rate=client_learning_rate,
+                  server_optimizer=server_optimizer,
+                  server_learning_rate=server_learning_rate, weighting=weighting))

@@ -1,0 +1,12 @@
+"""The federated engine: client update, sampling, aggregation, server update, round, driver."""
+
+from fedjax_dp.federated.client import (ClientHParams, ClientMetrics, DpSgdConfig,
+                                        make_client_update)
+from fedjax_dp.federated.driver import (constant_schedule, make_block_fn, make_evaluator,
+                                        run_rounds)
+from fedjax_dp.federated.round import (PopulationData, RoundConfig, RoundHParams,
+                                       RoundMetrics, make_round)
+from fedjax_dp.federated.sampling import (Cohort, FixedSizeSampler, PoissonSampler,
+                                          poisson_k_max)
+from fedjax_dp.federated.server import (ServerState, init_server_state, server_optimizer,
+                                        server_update)

@@ -1,0 +1,242 @@
+"""Local training on one client: a pure function, `jax.vmap`ped over the cohort.
+
+`make_client_update` returns ``client_update(params, x, y, count, key, hparams)`` which
+runs ``num_steps`` optimiser steps of any optax optimiser with ``lax.scan`` over a
+client's padded data (``x [max_examples, ...]``, ``y [max_examples]``, ``count`` real
+examples) and returns the model delta (``w_final - w_start``; or the final weights) and
+`ClientMetrics`.
+
+Batching (static shapes):
+
+* ``local_epochs=E``: each epoch walks a fresh random permutation of the client's
+  real examples in minibatches of ``batch_size``; a client with ``n`` examples takes
+  ``ceil(n / b)`` steps per epoch, the last minibatch partial and masked; steps past a
+  client's own count are no-ops (params and optimiser state unchanged). All clients
+  share the static step count ``E * ceil(max_examples / b)``.
+* ``local_steps=tau``: exactly ``tau`` steps for every client, cycling through one
+  random permutation of its examples (FedAvg with a fixed number of local steps).
+* Record-level DP (``dp_sgd=DpSgdConfig(...)``): DP-SGD (Abadi et al., CCS 2016,
+  Alg. 1) locally: each step Poisson-samples each real example with probability
+  ``hparams.record_sampling_rate`` (``q_r``), clips each per-example gradient to
+  ``hparams.record_clip_norm`` (C_r), adds ``N(0, (z_r C_r)^2 I)`` to the sum and divides
+  by the expected batch size ``q_r * n``. Sampled batches are padded to the static
+  ``max_batch_size`` (overflow probability < 1e-9, counted in the metrics).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+import optax
+from scipy import stats
+
+from fedjax_dp.federated import keys as keylib
+from fedjax_dp.privacy import clipping, noise
+from fedjax_dp.validation import FedJaxDpError, check_int, check_probability
+
+PyTree = Any
+
+
+class ClientMetrics(NamedTuple):
+  """Per-client metrics (scalars; ``[K]`` after vmap).
+
+  Attributes:
+    loss: float32, mean training loss over the examples processed in local steps.
+    num_examples: int32, the client's number of real examples.
+    num_steps: int32, local steps actually taken (not no-ops).
+    update_norm: float32, global L2 norm of the delta before any server-side clipping.
+    example_clip_fraction: float32, record-level DP only: fraction of sampled examples
+      whose gradient norm exceeded C_r (0 otherwise).
+    batch_truncated: int32, record-level DP only: examples dropped because a Poisson
+      batch exceeded ``max_batch_size``.
+    nonfinite_grads: int32, per-example (or per-step) gradients that were NaN/Inf and zeroed.
+  """
+  loss: jax.Array
+  num_examples: jax.Array
+  num_steps: jax.Array
+  update_norm: jax.Array
+  example_clip_fraction: jax.Array
+  batch_truncated: jax.Array
+  nonfinite_grads: jax.Array
+
+
+class ClientHParams(NamedTuple):
+  """Per-round arrays read by local training (traced: changing them never recompiles).
+
+  Attributes:
+    record_clip_norm: float32 C_r for local DP-SGD (ignored without DP-SGD).
+    record_noise_multiplier: float32 z_r for local DP-SGD.
+    record_sampling_rate: float32 q_r for local DP-SGD.
+  """
+  record_clip_norm: Any = 1.0
+  record_noise_multiplier: Any = 0.0
+  record_sampling_rate: Any = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class DpSgdConfig:
+  """Static part of local DP-SGD (record-level DP).
+
+  Attributes:
+    num_steps: local DP-SGD steps per round (the ``dp_steps`` composed per round).
+    max_batch_size: static padded Poisson batch size.
+  """
+  num_steps: int
+  max_batch_size: int
+
+  @classmethod
+  def create(cls, max_examples: int, record_sampling_rate: float,
+             local_epochs: Optional[int] = None, local_steps: Optional[int] = None,
+             overflow_prob: float = 1e-9) -> "DpSgdConfig":
+    """Steps ``= local_steps`` or ``E * ceil(1 / q_r)`` (E expected epochs);
+    ``max_batch_size`` = the (1 - overflow_prob) quantile of Binomial(max_examples, q_r)."""
+    q = check_probability("record_sampling_rate", record_sampling_rate)
+    if (local_epochs is None) == (local_steps is None):
+      raise FedJaxDpError("give exactly one of local_epochs and local_steps.")
+    steps = (check_int("local_steps", local_steps, minimum=1) if local_steps is not None
+             else check_int("local_epochs", local_epochs, minimum=1) * math.ceil(1.0 / q))
+    b = int(stats.binom.isf(overflow_prob, max_examples, q)) + 1
+    return cls(num_steps=steps, max_batch_size=max(1, min(max_examples, b)))
+
+
+def _tree_where(c, a, b):
+  return jax.tree_util.tree_map(lambda u, v: jnp.where(c, u, v), a, b)
+
+
+def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_size: int,
+                       max_examples: int, local_epochs: Optional[int] = None,
+                       local_steps: Optional[int] = None,
+                       dp_sgd: Optional[DpSgdConfig] = None,
+                       return_weights: bool = False) -> Callable:
+  """Builds the pure local-training function of one client.
+
+  Args:
+    model: a `fedjax_dp.models.Model` (``apply``, ``per_example_loss``).
+    optimizer: any optax ``GradientTransformation`` (client optimiser; state is
+      re-initialised at every round, as in FedAvg).
+    batch_size: minibatch size b >= 1 (non-private training).
+    max_examples: the padded per-client example count (static).
+    local_epochs: E local epochs (exclusive with ``local_steps``).
+    local_steps: tau local steps.
+    dp_sgd: `DpSgdConfig` for record-level DP-SGD, or None.
+    return_weights: return the final weights instead of the delta.
+
+  Returns:
+    ``client_update(params, x, y, count, key, hparams) -> (update, ClientMetrics)``:
+    ``x [max_examples, ...]`` float32, ``y [max_examples]`` int32, ``count`` int32,
+    ``key`` the client's training key, ``hparams`` a `ClientHParams`.
+
+  Raises:
+    FedJaxDpError: invalid batch size / epochs / steps.
+  """
+  b = check_int("batch_size", batch_size, minimum=1)
+  max_n = check_int("max_examples", max_examples, minimum=1)
+  if dp_sgd is None and (local_epochs is None) == (local_steps is None):
+    raise FedJaxDpError("give exactly one of local_epochs and local_steps.")
+  b = min(b, max_n)
+  steps_per_epoch = math.ceil(max_n / b)
+
+  def batch_loss(params, xb, yb, mask):
+    per_ex = model.per_example_loss(model.apply(params, xb), yb)
+    total = jnp.sum(per_ex * mask)
+    return total / jnp.maximum(jnp.sum(mask), 1.0), total
+
+  def sgd_step(params, opt_state, grads, active):
+    updates, new_opt = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    return _tree_where(active, new_params, params), _tree_where(active, new_opt, opt_state)
+
+  def finish(params0, params, loss_sum, seen, count, steps, clip_frac, trunc, nonfinite):
+    delta = jax.tree_util.tree_map(jnp.subtract, params, params0)
+    out = params if return_weights else delta
+    metrics = ClientMetrics(
+        loss=loss_sum / jnp.maximum(seen, 1.0), num_examples=count.astype(jnp.int32),
+        num_steps=steps.astype(jnp.int32), update_norm=clipping.global_norm(delta),
+        example_clip_fraction=clip_frac, batch_truncated=trunc.astype(jnp.int32),
+        nonfinite_grads=nonfinite.astype(jnp.int32))
+    return out, metrics
+
+  def non_private_update(params0, x, y, count, key, hparams):
+    del hparams
+    valid = jnp.arange(max_n) < count
+    if local_steps is not None:
+      num_steps = local_steps
+      u = jax.random.uniform(key, (max_n,))
+      perm = jnp.argsort(jnp.where(valid, u, 2.0))  # real examples first, shuffled
+      def batch_at(s):
+        pos = (s * b + jnp.arange(b)) % jnp.maximum(count, 1)
+        return perm[pos], jnp.ones((b,), jnp.float32), jnp.array(True)
+    else:
+      num_steps = local_epochs * steps_per_epoch
+      u = jax.random.uniform(key, (local_epochs, max_n))
+      perms = jnp.argsort(jnp.where(valid[None], u, 2.0), axis=1)
+      def batch_at(s):
+        epoch, j = s // steps_per_epoch, s % steps_per_epoch
+        pos = j * b + jnp.arange(b)
+        idx = jax.lax.dynamic_slice(
+            jnp.pad(perms[epoch], (0, steps_per_epoch * b - max_n)), (j * b,), (b,))
+        return idx, (pos < count).astype(jnp.float32), j * b < count
+
+    def step(carry, s):
+      params, opt_state, loss_sum, seen, taken, nonfinite = carry
+      idx, mask, active = batch_at(s)
+      (_, total), grads = jax.value_and_grad(batch_loss, has_aux=True)(
+          params, x[idx], y[idx], mask)
+      grads, finite = clipping.zero_if_nonfinite(grads)
+      params, opt_state = sgd_step(params, opt_state, grads, active)
+      act = active.astype(jnp.float32)
+      return (params, opt_state, loss_sum + act * total, seen + act * jnp.sum(mask),
+              taken + active, nonfinite + (active & ~finite)), None
+
+    init = (params0, optimizer.init(params0), jnp.zeros(()), jnp.zeros(()),
+            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+    (params, _, loss_sum, seen, taken, nonfinite), _ = jax.lax.scan(
+        step, init, jnp.arange(num_steps))
+    return finish(params0, params, loss_sum, seen, count, taken, jnp.zeros(()),
+                  jnp.zeros((), jnp.int32), nonfinite)
+
+  def dp_sgd_update(params0, x, y, count, key, hparams):
+    bmax = dp_sgd.max_batch_size
+    valid = jnp.arange(max_n) < count
+    q = jnp.asarray(hparams.record_sampling_rate, jnp.float32)
+    c = jnp.asarray(hparams.record_clip_norm, jnp.float32)
+    z = jnp.asarray(hparams.record_noise_multiplier, jnp.float32)
+    denom = jnp.maximum(q * count.astype(jnp.float32), 1e-12)  # expected batch size
+
+    def example_loss_and_grad(params, xe, ye):
+      return jax.value_and_grad(lambda p: model.per_example_loss(
+          model.apply(p, xe[None]), ye[None])[0])(params)
+
+    def step(carry, s):
+      params, opt_state, loss_sum, seen, clipped_n, trunc, nonfinite = carry
+      k_sel, k_noise = jax.random.split(jax.random.fold_in(key, s))
+      sel = valid & (jax.random.uniform(k_sel, (max_n,)) < q)
+      num = jnp.sum(sel, dtype=jnp.int32)
+      (idx,) = jnp.nonzero(sel, size=bmax, fill_value=0)
+      mask = (jnp.arange(bmax) < num).astype(jnp.float32)
+      xb, yb = x[idx], y[idx]
+      per_ex, g = jax.vmap(example_loss_and_grad, in_axes=(None, 0, 0))(params, xb, yb)
+      g, norms, finite = clipping.clip_per_example(g, c)
+      g_sum = jax.tree_util.tree_map(
+          lambda l: jnp.tensordot(mask, l, axes=(0, 0)), g)
+      g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
+      grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
+      params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True))
+      return (params_new, opt_state, loss_sum + jnp.sum(per_ex * mask),
+              seen + jnp.sum(mask), clipped_n + jnp.sum((norms > c) * mask),
+              trunc + jnp.maximum(num - bmax, 0),
+              nonfinite + jnp.sum((~finite) * mask).astype(jnp.int32)), None
+
+    init = (params0, optimizer.init(params0), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()),
+            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+    (params, _, loss_sum, seen, clipped_n, trunc, nonfinite), _ = jax.lax.scan(
+        step, init, jnp.arange(dp_sgd.num_steps))
+    return finish(params0, params, loss_sum, seen, count,
+                  jnp.asarray(dp_sgd.num_steps), clipped_n / jnp.maximum(seen, 1.0), trunc,
+                  nonfinite)
+
+  return dp_sgd_update if dp_sgd is not None else non_private_update

@@ -1,0 +1,177 @@
+"""Multi-round driver: blocks of jitted rounds under ``lax.scan``, metrics streamed out.
+
+The host loop runs ``ceil(rounds / block_size)`` compiled blocks. Each block scans the
+round function over a slice of the per-round hyper-parameter schedule (so sigma, q or C
+may change every round without recompiling) and returns the stacked `RoundMetrics`.
+Between blocks the host composes the block's DpEvents in the privacy ledger, evaluates
+the model, and hands one record per round to a callback (progress bar, metrics.jsonl).
+At most two block shapes are compiled: full blocks and one shorter final block.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any, Callable, Dict, List, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp.federated.round import PopulationData, RoundHParams, RoundMetrics
+from fedjax_dp.federated.server import ServerState
+from fedjax_dp.validation import FedJaxDpError, check_int
+
+PyTree = Any
+
+
+def make_block_fn(round_fn: Callable) -> Callable:
+  """``block(state, data, hp_block, root_key) -> (state, RoundMetrics [L])``, jitted;
+  ``hp_block`` has a leading axis of length L (one entry per round)."""
+
+  def block(state, data, hp_block, root_key):
+    def body(s, hp):
+      return round_fn(s, data, hp, root_key)
+    return jax.lax.scan(body, state, hp_block)
+
+  return jax.jit(block)
+
+
+def constant_schedule(hp: RoundHParams, rounds: int) -> RoundHParams:
+  """Broadcasts scalar hyper-parameters to a ``[rounds]`` schedule (float32 arrays)."""
+  return jax.tree_util.tree_map(
+      lambda v: np.broadcast_to(np.asarray(v, np.float32), (rounds,) + np.shape(v)).copy(),
+      hp)
+
+
+def make_evaluator(model, batch_size: int = 1024) -> Callable:
+  """``evaluate(params, x, y) -> {"loss", "accuracy"}`` over a whole test set.
+
+  The test set is padded on the host to a multiple of ``batch_size`` and reduced with
+  ``lax.map`` inside one jitted call (padding rows are masked out).
+  """
+
+  @jax.jit
+  def _eval(params, xb, yb, mb):
+    def one(args):
+      x, y, m = args
+      logits = model.apply(params, x)
+      loss = model.per_example_loss(logits, y)
+      correct = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
+      return jnp.sum(loss * m), jnp.sum(correct * m)
+    losses, corrects = jax.lax.map(one, (xb, yb, mb))
+    n = jnp.maximum(jnp.sum(mb), 1.0)
+    return jnp.sum(losses) / n, jnp.sum(corrects) / n
+
+  cache: Dict[int, tuple] = {}
+
+  def evaluate(params, x: np.ndarray, y: np.ndarray) -> Dict[str, float]:
+    key = id(x)
+    if key not in cache:
+      n = len(y)
+      bs = min(batch_size, n)
+      nb = math.ceil(n / bs)
+      pad = nb * bs - n
+      xp = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]).reshape(
+          (nb, bs) + x.shape[1:])
+      yp = np.concatenate([y, np.zeros((pad,), y.dtype)]).astype(np.int32).reshape(nb, bs)
+      mp = (np.arange(nb * bs) < n).astype(np.float32).reshape(nb, bs)
+      cache.clear()
+      cache[key] = (jnp.asarray(xp), jnp.asarray(yp), jnp.asarray(mp), x)
+    xb, yb, mb, _ = cache[key]
+    loss, acc = _eval(params, xb, yb, mb)
+    return {"loss": float(loss), "accuracy": float(acc)}
+
+  return evaluate
+
+
+def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
+  """Stacked device metrics ``[L]`` -> L plain-Python dicts (one host transfer)."""
+  host = jax.device_get(metrics._asdict())
+  length = len(host["round"])
+  out = []
+  for i in range(length):
+    rec = {}
+    for k, v in host.items():
+      x = v[i]
+      rec[k] = int(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else float(x)
+    out.append(rec)
+  return out
+
+
+def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
+               schedule: RoundHParams, root_key: jax.Array, *, rounds: int,
+               block_size: int = 10, ledger=None,
+               evaluate: Optional[Callable[[PyTree], Dict[str, float]]] = None,
+               eval_every: Optional[int] = None,
+               on_round: Optional[Callable[[Dict[str, Any]], None]] = None,
+               block_fn: Optional[Callable] = None):
+  """Runs ``rounds`` rounds in jitted blocks and streams one record per round.
+
+  Args:
+    round_fn: from `fedjax_dp.federated.round.make_round` (or an algorithm).
+    state: initial `ServerState` (its ``round`` counter continues from there).
+    data: device `PopulationData`.
+    schedule: `RoundHParams` whose leaves have a leading ``[rounds]`` axis
+      (see `constant_schedule`); entry ``t`` is used in the ``t``-th round run here.
+    root_key: the run's root PRNG key.
+    rounds: number of rounds (>= 1).
+    block_size: rounds per compiled block (evaluation happens at block ends).
+    ledger: a `fedjax_dp.privacy.accounting.PrivacyLedger` or None; each round's
+      (noise_multiplier, sampling_rate, dp_steps) are recorded and the RDP epsilon
+      after the round is put in its record.
+    evaluate: ``evaluate(params) -> {"loss", "accuracy"}`` or None.
+    eval_every: evaluate every this many rounds (rounded up to block ends) and after
+      the last round; defaults to ``block_size``.
+    on_round: callback receiving each round's record (dict) as blocks finish.
+    block_fn: a precompiled `make_block_fn(round_fn)` to reuse across calls.
+
+  Returns:
+    ``(state, records)``; each record has the `RoundMetrics` fields plus
+    ``epsilon`` (when a ledger is given), ``test_loss``/``test_accuracy`` (rounds where
+    evaluation ran), and ``wall_time_s`` (since the start of this call).
+
+  Raises:
+    FedJaxDpError: bad ``rounds``/``block_size`` or a schedule shorter than ``rounds``.
+  """
+  rounds = check_int("rounds", rounds, minimum=1)
+  block_size = check_int("block_size", block_size, minimum=1)
+  eval_every = block_size if eval_every is None else check_int("eval_every", eval_every,
+                                                                minimum=1)
+  lengths = {np.shape(l)[0] for l in jax.tree_util.tree_leaves(schedule)}
+  if any(n < rounds for n in lengths):
+    raise FedJaxDpError(
+        f"schedule must have at least rounds={rounds} entries per leaf, got {sorted(lengths)}.")
+  block_fn = block_fn or make_block_fn(round_fn)
+  records: List[Dict[str, Any]] = []
+  t0 = time.perf_counter()
+  done, next_eval = 0, eval_every
+  while done < rounds:
+    length = min(block_size, rounds - done)
+    hp_block = jax.tree_util.tree_map(lambda a: a[done:done + length], schedule)
+    state, metrics = block_fn(state, data, hp_block, root_key)
+    block = metrics_to_records(metrics)
+    done += length
+    if ledger is not None:
+      eps = ledger.record_many([r["noise_multiplier"] for r in block],
+                               [r["sampling_rate"] for r in block],
+                               [r["dp_steps"] for r in block])
+      for r, e in zip(block, eps):
+        r["epsilon"] = float(e)
+    truncated = sum(r["num_truncated"] for r in block)
+    if truncated:
+      warnings.warn(
+          f"Poisson cohort overflowed k_max in this block: {truncated} sampled clients "
+          "were dropped (recorded as num_truncated). Increase k_max.", RuntimeWarning)
+    if evaluate is not None and (done >= next_eval or done == rounds):
+      block[-1].update({f"test_{k}": v for k, v in evaluate(state.params).items()})
+      while next_eval <= done:
+        next_eval += eval_every
+    wall = time.perf_counter() - t0
+    for r in block:
+      r["wall_time_s"] = wall
+      records.append(r)
+      if on_round is not None:
+        on_round(r)
+  return state, records

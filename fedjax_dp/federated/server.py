@@ -1,0 +1,62 @@
+"""Server state and update: an optax transform applied to the aggregated delta.
+
+The aggregated client delta ``Delta`` is turned into a pseudo-gradient ``-Delta``
+(Reddi et al., "Adaptive Federated Optimization", ICLR 2021, Alg. 2), so
+``optax.sgd(1.0)`` is plain FedAvg (``w <- w + Delta``), ``optax.sgd(lr, momentum)`` is
+FedAvgM, and ``optax.adam(lr, b1, b2, eps=tau)`` is FedAdam.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from fedjax_dp.validation import check_choice, check_positive
+
+PyTree = Any
+
+SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam", "fedyogi")
+
+
+class ServerState(NamedTuple):
+  """Global model parameters, server optimiser state and the round counter (int32)."""
+  params: PyTree
+  opt_state: PyTree
+  round: jax.Array
+
+
+def server_optimizer(name: str = "fedavg", learning_rate: float = 1.0,
+                     momentum: float = 0.9, b1: float = 0.9, b2: float = 0.99,
+                     tau: float = 1e-3) -> optax.GradientTransformation:
+  """Named server optimisers (Reddi et al. 2021): ``fedavg`` = sgd(lr) (lr 1 is FedAvg),
+  ``fedavgm`` = sgd with momentum, ``fedadam`` = adam(lr, b1, b2, eps=tau),
+  ``fedyogi`` = yogi(lr, b1, b2, eps=tau).
+
+  Raises:
+    FedJaxDpError: unknown name or non-positive learning rate.
+  """
+  check_choice("server_optimizer", name, SERVER_OPTIMIZERS)
+  lr = check_positive("server_learning_rate", learning_rate)
+  if name == "fedavg":
+    return optax.sgd(lr)
+  if name == "fedavgm":
+    return optax.sgd(lr, momentum=momentum)
+  if name == "fedadam":
+    return optax.adam(lr, b1=b1, b2=b2, eps=tau)
+  return optax.yogi(lr, b1=b1, b2=b2, eps=tau)
+
+
+def init_server_state(params: PyTree, optimizer: optax.GradientTransformation) -> ServerState:
+  """Round 0 server state."""
+  return ServerState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+
+
+def server_update(state: ServerState, delta: PyTree,
+                  optimizer: optax.GradientTransformation) -> ServerState:
+  """Applies the aggregated delta through ``optimizer`` with pseudo-gradient ``-delta``."""
+  pseudo_grad = jax.tree_util.tree_map(jnp.negative, delta)
+  updates, opt_state = optimizer.update(pseudo_grad, state.opt_state, state.params)
+  return ServerState(optax.apply_updates(state.params, updates), opt_state, state.round + 1)

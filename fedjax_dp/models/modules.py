@@ -1,0 +1,86 @@
+"""Flax (linen) modules used by the library's tasks.
+
+All modules map a batch of features ``x: float32 [B, *feature_shape]`` to logits
+``float32 [B, num_classes]`` (``[B, 1]`` for the binary linear model with hinge loss is
+not used: the linear model always outputs ``num_classes`` scores).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+class MLP(nn.Module):
+  """Multi-layer perceptron: flatten, ``hidden`` dense layers, dense output.
+
+  Attributes:
+    hidden: widths of the hidden layers, e.g. ``(200, 200)`` for the classic
+      784-200-200-10 MLP of McMahan et al. (2017).
+    num_classes: number of outputs.
+    activation: ``"relu"`` or ``"linear"`` (identity; some papers use linear MLPs).
+  """
+  hidden: Sequence[int]
+  num_classes: int
+  activation: str = "relu"
+
+  @nn.compact
+  def __call__(self, x):
+    x = x.reshape((x.shape[0], -1))
+    act = nn.relu if self.activation == "relu" else (lambda v: v)
+    for width in self.hidden:
+      x = act(nn.Dense(width)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+class CNN(nn.Module):
+  """Small MNIST-style CNN (after the FedAvg / Reddi et al. EMNIST model).
+
+  conv(32, 3x3) -> relu -> conv(64, 3x3) -> relu -> maxpool 2x2 -> dense(hidden) ->
+  relu -> dense(num_classes). Input ``[B, H, W, C]`` (a ``[B, H, W]`` input gets C=1).
+  """
+  num_classes: int
+  features: Sequence[int] = (32, 64)
+  hidden: int = 128
+
+  @nn.compact
+  def __call__(self, x):
+    if x.ndim == 3:
+      x = x[..., None]
+    for f in self.features:
+      x = nn.relu(nn.Conv(f, (3, 3), padding="VALID")(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+class HARConv1D(nn.Module):
+  """1-D CNN for inertial windows ``[B, T, channels]`` (e.g. HAR 128 x 6).
+
+  Two conv(kernel 5) + relu + maxpool(2) blocks, global average pooling over time,
+  dense(hidden) + relu, dense(num_classes).
+  """
+  num_classes: int
+  features: Sequence[int] = (32, 64)
+  hidden: int = 64
+
+  @nn.compact
+  def __call__(self, x):
+    for f in self.features:
+      x = nn.relu(nn.Conv(f, (5,), padding="SAME")(x))
+      x = nn.max_pool(x, (2,), strides=(2,))
+    x = jnp.mean(x, axis=1)
+    x = nn.relu(nn.Dense(self.hidden)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
+class Linear(nn.Module):
+  """Linear model on flattened features: logits = W x + b (logistic or hinge loss)."""
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))

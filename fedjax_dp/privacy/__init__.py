@@ -1,0 +1,1 @@
+"""Privacy toolbox: clipping, noise and accounting."""

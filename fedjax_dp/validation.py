@@ -1,0 +1,117 @@
+"""Argument checks shared by the whole library.
+
+Every public entry point validates its user-facing arguments on the host, before
+anything is traced or compiled, so that a user's mistake surfaces as a clear
+``ValueError`` naming the argument, the value received and what is allowed, never
+as a traceback from deep inside JAX.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional
+
+import numpy as np
+
+
+class FedJaxDpError(ValueError):
+  """Base class for fedjax_dp input errors (a ``ValueError``)."""
+
+
+def _as_float(name: str, value: Any) -> float:
+  if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.number)):
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+      return float(value)
+    raise FedJaxDpError(
+        f"{name} must be a real number, got {value!r} of type {type(value).__name__}.")
+  return float(value)
+
+
+def check_finite(name: str, value: Any) -> float:
+  """Returns ``value`` as a float; raises if it is not a finite real number."""
+  v = _as_float(name, value)
+  if not math.isfinite(v):
+    raise FedJaxDpError(f"{name} must be finite, got {value!r}.")
+  return v
+
+
+def check_positive(name: str, value: Any) -> float:
+  """Returns ``value`` as a float; raises unless it is finite and > 0."""
+  v = check_finite(name, value)
+  if v <= 0:
+    raise FedJaxDpError(f"{name} must be > 0, got {value!r}.")
+  return v
+
+
+def check_non_negative(name: str, value: Any) -> float:
+  """Returns ``value`` as a float; raises unless it is finite and >= 0."""
+  v = check_finite(name, value)
+  if v < 0:
+    raise FedJaxDpError(f"{name} must be >= 0, got {value!r}.")
+  return v
+
+
+def check_epsilon(value: Any, name: str = "epsilon") -> float:
+  """A privacy budget epsilon: finite and > 0."""
+  return check_positive(name, value)
+
+
+def check_delta(value: Any, name: str = "delta") -> float:
+  """A privacy parameter delta: finite, in the open interval (0, 1)."""
+  v = check_finite(name, value)
+  if not 0.0 < v < 1.0:
+    raise FedJaxDpError(f"{name} must be in the open interval (0, 1), got {value!r}.")
+  return v
+
+
+def check_probability(name: str, value: Any, allow_zero: bool = False) -> float:
+  """A sampling rate: in (0, 1] (or [0, 1] with ``allow_zero``)."""
+  v = check_finite(name, value)
+  lo_ok = v >= 0.0 if allow_zero else v > 0.0
+  if not (lo_ok and v <= 1.0):
+    interval = "[0, 1]" if allow_zero else "(0, 1]"
+    raise FedJaxDpError(f"{name} must be in {interval}, got {value!r}.")
+  return v
+
+
+def check_int(name: str, value: Any, minimum: Optional[int] = None,
+              maximum: Optional[int] = None) -> int:
+  """An integer (bools refused) within [minimum, maximum]."""
+  if isinstance(value, bool) or not isinstance(value, (numbers.Integral, np.integer)):
+    if isinstance(value, float) and value.is_integer():
+      value = int(value)
+    else:
+      raise FedJaxDpError(f"{name} must be an integer, got {value!r}.")
+  v = int(value)
+  if minimum is not None and v < minimum:
+    raise FedJaxDpError(f"{name} must be >= {minimum}, got {v}.")
+  if maximum is not None and v > maximum:
+    raise FedJaxDpError(f"{name} must be <= {maximum}, got {v}.")
+  return v
+
+
+def check_choice(name: str, value: Any, allowed) -> Any:
+  """``value`` must be one of ``allowed``."""
+  allowed = list(allowed)
+  if value not in allowed:
+    raise FedJaxDpError(
+        f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
+  return value
+
+
+def check_weights(name: str, weights: Any, size: Optional[int] = None,
+                  sum_to_one: bool = False, atol: float = 1e-6) -> np.ndarray:
+  """A non-negative, finite weight vector (optionally of a given size, summing to 1)."""
+  w = np.asarray(weights, dtype=np.float64)
+  if w.ndim != 1:
+    raise FedJaxDpError(f"{name} must be a 1-D vector, got shape {w.shape}.")
+  if size is not None and w.shape[0] != size:
+    raise FedJaxDpError(f"{name} must have length {size}, got {w.shape[0]}.")
+  if not np.all(np.isfinite(w)):
+    raise FedJaxDpError(f"{name} must be finite; got non-finite entries.")
+  if np.any(w < 0):
+    raise FedJaxDpError(f"{name} must be non-negative; got min {w.min()!r}.")
+  if sum_to_one and abs(w.sum() - 1.0) > atol:
+    raise FedJaxDpError(f"{name} must sum to 1, got sum {w.sum()!r}.")
+  return w
