@@ -48,6 +48,17 @@ def _client_optimizer(name: str, lr: float) -> optax.GradientTransformation:
   return optax.adam(lr)
 
 
+def _local_work(local_epochs, local_steps):
+  """``local_steps``, when given, replaces the default ``local_epochs=1``."""
+  if local_steps is not None:
+    if local_epochs not in (None, 1):
+      raise FedJaxDpError(
+          f"give only one of local_epochs ({local_epochs!r}) and local_steps "
+          f"({local_steps!r}).")
+    return None, local_steps
+  return local_epochs, local_steps
+
+
 def _sampler(data, sampler: str, sampling_rate, clients_per_round, k_max):
   n = data.num_clients
   check_choice("sampler", sampler, ("poisson", "fixed_size"))
@@ -84,7 +95,8 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
     noise_multiplier: z >= 0; central noise std ``z * S`` on the weighted sum.
     sampling_rate / clients_per_round: q, or the expected cohort size ``q N``.
     sampler: ``"poisson"`` (the paper's) or ``"fixed_size"`` (without replacement).
-    local_epochs / local_steps: local work (ignored for DP-FedSGD).
+    local_epochs / local_steps: local work (ignored for DP-FedSGD); giving
+      ``local_steps`` replaces the default ``local_epochs=1``.
     batch_size: local minibatch size.
     client_optimizer / client_learning_rate: ``sgd`` | ``momentum`` | ``adam`` and its lr.
     server_optimizer / server_learning_rate: see `fedjax_dp.federated.server`.
@@ -107,6 +119,7 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
         "weighting='data_size' under DP needs data_size_cap (weights min(n_k/cap, 1) <= 1 "
         "bound each client's influence).")
   samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  local_epochs, local_steps = _local_work(local_epochs, local_steps)
   if fedsgd:
     local_epochs, local_steps, batch_size = None, 1, data.max_examples
   client = make_client_update(
@@ -181,6 +194,7 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
     record_sampling_rate = min(1.0, batch_size / float(np.mean(data.counts)))
   q_r = check_probability("record_sampling_rate", record_sampling_rate)
   samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  local_epochs, local_steps = _local_work(local_epochs, local_steps)
   dp_cfg = DpSgdConfig.create(data.max_examples, q_r, local_epochs=local_epochs,
                               local_steps=local_steps)
   client = make_client_update(

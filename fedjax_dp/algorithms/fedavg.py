@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Optional
 
 from fedjax_dp.algorithms.base import Algorithm
-from fedjax_dp.algorithms.dp_fedavg import _client_optimizer, _sampler
+from fedjax_dp.algorithms.dp_fedavg import _client_optimizer, _local_work, _sampler
 from fedjax_dp.federated import server
 from fedjax_dp.federated.client import make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
@@ -34,6 +34,7 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
   """
   check_choice("weighting", weighting, ("uniform", "data_size"))
   samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  local_epochs, local_steps = _local_work(local_epochs, local_steps)
   client = make_client_update(
       model, _client_optimizer(client_optimizer, client_learning_rate),
       batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,

@@ -14,7 +14,8 @@ Batching (static shapes):
   client's own count are no-ops (params and optimiser state unchanged). All clients
   share the static step count ``E * ceil(max_examples / b)``.
 * ``local_steps=tau``: exactly ``tau`` steps for every client, cycling through one
-  random permutation of its examples (FedAvg with a fixed number of local steps).
+  random permutation of its examples (FedAvg with a fixed number of local steps); a
+  batch never holds an example twice (``b > n`` gives full-batch steps).
 * Record-level DP (``dp_sgd=DpSgdConfig(...)``): DP-SGD (Abadi et al., CCS 2016,
   Alg. 1) locally: each step Poisson-samples each real example with probability
   ``hparams.record_sampling_rate`` (``q_r``), clips each per-example gradient to
@@ -137,10 +138,19 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
   max_n = check_int("max_examples", max_examples, minimum=1)
   if dp_sgd is None and (local_epochs is None) == (local_steps is None):
     raise FedJaxDpError("give exactly one of local_epochs and local_steps.")
+  if dp_sgd is None and local_epochs is not None:
+    local_epochs = check_int("local_epochs", local_epochs, minimum=1)
+  if dp_sgd is None and local_steps is not None:
+    local_steps = check_int("local_steps", local_steps, minimum=1)
   b = min(b, max_n)
   steps_per_epoch = math.ceil(max_n / b)
 
   def batch_loss(params, xb, yb, mask):
+    # Masked rows (padding) are zeroed first, so that whatever they hold (NaN,
+    # out-of-range labels) they contribute exactly 0 to the loss and its gradient.
+    keep = mask > 0
+    xb = jnp.where(keep.reshape(keep.shape + (1,) * (xb.ndim - 1)), xb, 0)
+    yb = jnp.where(keep, yb, 0)
     per_ex = model.per_example_loss(model.apply(params, xb), yb)
     total = jnp.sum(per_ex * mask)
     return total / jnp.maximum(jnp.sum(mask), 1.0), total
@@ -169,7 +179,9 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       perm = jnp.argsort(jnp.where(valid, u, 2.0))  # real examples first, shuffled
       def batch_at(s):
         pos = (s * b + jnp.arange(b)) % jnp.maximum(count, 1)
-        return perm[pos], jnp.ones((b,), jnp.float32), jnp.array(True)
+        # A batch never repeats an example: when b > count only the first `count`
+        # slots (each real example once) are used, so the step is full-batch.
+        return perm[pos], (jnp.arange(b) < count).astype(jnp.float32), jnp.array(True)
     else:
       num_steps = local_epochs * steps_per_epoch
       u = jax.random.uniform(key, (local_epochs, max_n))

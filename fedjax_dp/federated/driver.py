@@ -139,7 +139,9 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
   block_size = check_int("block_size", block_size, minimum=1)
   eval_every = block_size if eval_every is None else check_int("eval_every", eval_every,
                                                                 minimum=1)
-  lengths = {np.shape(l)[0] for l in jax.tree_util.tree_leaves(schedule)}
+  # A scalar leaf (hyper-parameters not broadcast to a schedule) has no round axis.
+  lengths = {np.shape(l)[0] if np.ndim(l) else 0
+             for l in jax.tree_util.tree_leaves(schedule)}
   if any(n < rounds for n in lengths):
     raise FedJaxDpError(
         f"schedule must have at least rounds={rounds} entries per leaf, got {sorted(lengths)}.")

@@ -32,10 +32,16 @@ PyTree = Any
 
 def global_norm(tree: PyTree) -> jax.Array:
   """Global L2 norm of all leaves, float32 scalar: sqrt(sum_l ||leaf_l||_2^2)."""
-  leaves = jax.tree_util.tree_leaves(tree)
+  leaves = [l.astype(jnp.float32) for l in jax.tree_util.tree_leaves(tree)]
+  leaves = [l for l in leaves if l.size]
   if not leaves:
     return jnp.zeros((), jnp.float32)
-  return jnp.sqrt(sum(jnp.sum(jnp.square(l.astype(jnp.float32))) for l in leaves))
+  # Rescale by the largest magnitude so that squaring neither overflows (entries
+  # above ~1e19 would give an infinite norm) nor underflows (entries below ~1e-19
+  # would give a zero norm). NaN/Inf entries still give a NaN/Inf norm.
+  m = jnp.max(jnp.stack([jnp.max(jnp.abs(l)) for l in leaves]))
+  s = jnp.where((m > 0) & jnp.isfinite(m), m, 1.0)
+  return s * jnp.sqrt(sum(jnp.sum(jnp.square(l / s)) for l in leaves))
 
 
 def is_finite(tree: PyTree) -> jax.Array:
