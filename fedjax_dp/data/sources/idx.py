@@ -1,0 +1,97 @@
+"""Reader (and a small writer, for fixtures) of IDX files, the MNIST file format.
+
+An IDX file is a 4-byte magic ``00 00 <dtype> <ndim>``, then ``ndim`` big-endian
+uint32 sizes, then the data in C order. Only dtype ``0x08`` (unsigned byte), the
+one MNIST, Fashion-MNIST and EMNIST use, is supported. Files may be gzip-compressed
+(detected from the content, not the file name).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+from typing import Union
+
+import numpy as np
+
+from fedjax_dp.validation import FedJaxDpError
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_UBYTE = 0x08
+
+
+def _read_bytes(path: str) -> bytes:
+  with open(path, "rb") as f:
+    raw = f.read()
+  if raw[:2] != _GZIP_MAGIC:
+    return raw
+  try:
+    return gzip.decompress(raw)
+  except (OSError, EOFError, zlib.error) as e:
+    raise FedJaxDpError(
+        f"IDX file {path!r} is a corrupted or truncated gzip file ({e}).") from e
+
+
+def read_idx(path: Union[str, os.PathLike]) -> np.ndarray:
+  """Reads an unsigned-byte IDX file (raw or gzip).
+
+  Args:
+    path: path to the file.
+
+  Returns:
+    uint8 array of the shape stored in the header, e.g. ``[60000, 28, 28]`` for
+    images or ``[60000]`` for labels.
+
+  Raises:
+    FedJaxDpError: naming the file if it cannot be read, the magic is wrong, the
+      dtype byte is not 0x08, or the data is shorter or longer than the header says.
+  """
+  path = os.fspath(path)
+  try:
+    data = _read_bytes(path)
+  except OSError as e:
+    raise FedJaxDpError(f"cannot read IDX file {path!r}: {e}.") from e
+  if len(data) < 4 or data[0] != 0 or data[1] != 0:
+    raise FedJaxDpError(
+        f"{path!r} is not an IDX file: bad magic {data[:4].hex() or '(empty)'}; expected "
+        "00 00 <dtype> <ndim>.")
+  if data[2] != _UBYTE:
+    raise FedJaxDpError(
+        f"IDX file {path!r} has dtype byte 0x{data[2]:02x}; only 0x08 (unsigned byte) "
+        "is supported.")
+  ndim = data[3]
+  if ndim < 1:
+    raise FedJaxDpError(f"IDX file {path!r} declares ndim={ndim}; expected >= 1.")
+  header = 4 + 4 * ndim
+  if len(data) < header:
+    raise FedJaxDpError(
+        f"IDX file {path!r} is truncated: {len(data)} bytes, header alone needs {header}.")
+  shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
+  expected = int(np.prod(shape, dtype=np.int64))
+  got = len(data) - header
+  if got != expected:
+    what = "truncated" if got < expected else "longer than its header says"
+    raise FedJaxDpError(
+        f"IDX file {path!r} is {what}: header shape {shape} needs {expected} data bytes, "
+        f"found {got}.")
+  return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)
+
+
+def write_idx(path: Union[str, os.PathLike], array: np.ndarray,
+              compress: bool = False) -> None:
+  """Writes a uint8 array as an IDX file (gzip-compressed if ``compress``).
+
+  Raises:
+    FedJaxDpError: if ``array`` is not uint8 or has no dimensions.
+  """
+  array = np.asarray(array)
+  if array.dtype != np.uint8 or array.ndim < 1:
+    raise FedJaxDpError(
+        f"write_idx needs a uint8 array with ndim >= 1, got {array.dtype} {array.shape}.")
+  header = bytes([0, 0, _UBYTE, array.ndim]) + b"".join(
+      int(s).to_bytes(4, "big") for s in array.shape)
+  payload = header + np.ascontiguousarray(array).tobytes()
+  opener = gzip.open if compress else open
+  with opener(os.fspath(path), "wb") as f:
+    f.write(payload)

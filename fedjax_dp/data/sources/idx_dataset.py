@@ -1,0 +1,75 @@
+"""Locating and reading MNIST-format datasets (four IDX files) in a directory."""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Sequence
+
+from fedjax_dp.data.sources import idx
+from fedjax_dp.data.sources.central import CentralData, scale_images
+from fedjax_dp.validation import FedJaxDpError
+
+DATA_DIR_ENV = "FEDJAX_DP_DATA_DIR"
+
+_STEMS = {
+    "train_x": "train-images-idx3-ubyte",
+    "train_y": "train-labels-idx1-ubyte",
+    "test_x": "t10k-images-idx3-ubyte",
+    "test_y": "t10k-labels-idx1-ubyte",
+}
+
+
+def find_idx_files(directory: str) -> Optional[dict]:
+  """Paths of the four MNIST-format IDX files in ``directory``, or None if any is missing.
+
+  Accepts ``<stem>.gz``, ``<stem>`` and ``<stem with '.' before idx>`` (e.g.
+  ``train-images.idx3-ubyte``).
+  """
+  found = {}
+  for key, stem in _STEMS.items():
+    dotted = stem.replace("-idx", ".idx")
+    for cand in (stem + ".gz", stem, dotted + ".gz", dotted):
+      path = os.path.join(directory, cand)
+      if os.path.isfile(path):
+        found[key] = path
+        break
+    else:
+      return None
+  return found
+
+
+def candidate_dirs(data_dir: Optional[str], subdirs: Sequence[str],
+                   system_dirs: Sequence[str]) -> list:
+  """Directories to search, in priority order.
+
+  For each of ``data_dir`` and ``$FEDJAX_DP_DATA_DIR`` (when set): its ``subdirs``
+  first, then the directory itself; then the ``system_dirs``.
+  """
+  dirs = []
+  for base in (data_dir, os.environ.get(DATA_DIR_ENV)):
+    if base:
+      base = os.path.expanduser(base)
+      dirs += [os.path.join(base, s) for s in subdirs] + [base]
+  return dirs + list(system_dirs)
+
+
+def load_idx_dir(files: dict, name: str, num_classes: int, source: str) -> CentralData:
+  """Reads the four IDX files into a `CentralData` (images scaled to [0, 1]).
+
+  Raises:
+    FedJaxDpError: if a file is corrupt or image and label counts disagree.
+  """
+  arrays = {k: idx.read_idx(p) for k, p in files.items()}
+  for split in ("train", "test"):
+    xs, ys = arrays[f"{split}_x"], arrays[f"{split}_y"]
+    if xs.ndim != 3 or ys.ndim != 1 or len(xs) != len(ys):
+      raise FedJaxDpError(
+          f"{name} {split} IDX files disagree: images {xs.shape} ({files[split + '_x']}), "
+          f"labels {ys.shape} ({files[split + '_y']}); expected [n, H, W] and [n].")
+    if ys.max() >= num_classes:
+      raise FedJaxDpError(f"{name} {split} labels go up to {ys.max()}; expected < "
+                          f"{num_classes} ({files[split + '_y']}).")
+  return CentralData(
+      name=name, train_x=scale_images(arrays["train_x"]),
+      train_y=arrays["train_y"].astype("int32"), test_x=scale_images(arrays["test_x"]),
+      test_y=arrays["test_y"].astype("int32"), num_classes=num_classes, source=source)

