@@ -1,0 +1,324 @@
+"""The main job: one configured training run, end to end, with outputs on disk.
+
+`RunConfig` holds every option of ``fedjax-dp run``; `run` loads the data, builds the
+model and algorithm, runs the jitted rounds block by block, composes each round's
+DpEvent in the privacy ledger, streams ``metrics.jsonl`` (one JSON object per round,
+flushed as rounds finish), and writes ``summary.json`` and ``curves.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Dict, List, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp import algorithms as algos
+from fedjax_dp.federated import PopulationData, constant_schedule, make_evaluator, run_rounds
+from fedjax_dp.models import create_model
+from fedjax_dp.privacy import accounting
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
+                                  check_int, check_non_negative, check_positive,
+                                  check_probability)
+
+DEFAULT_MODELS = {"har": "har_cnn", "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn",
+                  "cifar10": "cnn", "synthetic": "mlp"}
+
+
+@dataclasses.dataclass
+class RunConfig:
+  """Every option of ``fedjax-dp run`` (defaults: the README's main job).
+
+  Privacy-relevant fields: ``noise_multiplier`` (z) or ``target_epsilon`` (then z is
+  calibrated with the ledger's accountant for ``rounds`` rounds), ``delta`` and
+  ``clip_norm``. For user-level algorithms z and the clip norm apply to each client's
+  update; for ``dp_fedavg_record_level`` they apply to each example's gradient in local
+  DP-SGD, whose example sampling rate is ``record_sampling_rate``.
+  """
+  algorithm: str = "dp_fedavg"
+  dataset: str = "har"
+  partition: Optional[str] = None
+  num_clients: Optional[int] = None
+  data_dir: Optional[str] = None
+  model: Optional[str] = None
+  rounds: int = 100
+  clients_per_round: Optional[int] = None
+  sampling_rate: Optional[float] = 0.5
+  sampler: str = "poisson"
+  local_epochs: Optional[int] = 1
+  local_steps: Optional[int] = None
+  batch_size: int = 16
+  client_optimizer: str = "sgd"
+  client_learning_rate: float = 0.1
+  server_optimizer: str = "fedavgm"
+  server_learning_rate: float = 1.0
+  noise_multiplier: Optional[float] = 0.8
+  target_epsilon: Optional[float] = None
+  delta: float = 1e-3
+  clip_norm: float = 0.5
+  record_sampling_rate: Optional[float] = None
+  accountant: str = "rdp"
+  eval_every: int = 10
+  seed: int = 0
+  out: Optional[str] = "runs/latest"
+
+  def validate(self) -> "RunConfig":
+    """Checks every field (before any data is loaded or anything compiled).
+
+    Raises:
+      FedJaxDpError: naming the option, the value and what is allowed.
+    """
+    check_choice("algorithm", self.algorithm, sorted(algos.ALGORITHMS))
+    check_int("rounds", self.rounds, minimum=1)
+    check_int("batch_size", self.batch_size, minimum=1)
+    check_int("eval_every", self.eval_every, minimum=1)
+    check_int("seed", self.seed, minimum=0)
+    check_choice("accountant", self.accountant, ("rdp", "pld"))
+    check_delta(self.delta)
+    check_positive("clip_norm", self.clip_norm)
+    check_positive("client_learning_rate", self.client_learning_rate)
+    check_positive("server_learning_rate", self.server_learning_rate)
+    if self.clients_per_round is not None and self.sampling_rate is not None:
+      raise FedJaxDpError(
+          "give either clients_per_round or sampling_rate, not both "
+          f"(got {self.clients_per_round} and {self.sampling_rate}).")
+    if self.clients_per_round is None and self.sampling_rate is None:
+      raise FedJaxDpError("give one of clients_per_round or sampling_rate.")
+    if self.sampling_rate is not None:
+      check_probability("sampling_rate", self.sampling_rate)
+    if self.clients_per_round is not None:
+      check_int("clients_per_round", self.clients_per_round, minimum=1)
+    if self.local_steps is not None:
+      check_int("local_steps", self.local_steps, minimum=1)
+    elif self.local_epochs is not None:
+      check_int("local_epochs", self.local_epochs, minimum=1)
+    else:
+      raise FedJaxDpError("give local_epochs or local_steps.")
+    if self.target_epsilon is not None:
+      check_epsilon(self.target_epsilon, "target_epsilon")
+    elif self.noise_multiplier is None:
+      if self.algorithm != "fedavg":
+        raise FedJaxDpError("give noise_multiplier or target_epsilon.")
+    else:
+      check_non_negative("noise_multiplier", self.noise_multiplier)
+    if self.record_sampling_rate is not None:
+      check_probability("record_sampling_rate", self.record_sampling_rate)
+    if self.num_clients is not None:
+      check_int("num_clients", self.num_clients, minimum=1)
+    return self
+
+
+def _json_safe(v):
+  if isinstance(v, float) and not math.isfinite(v):
+    return None
+  if isinstance(v, dict):
+    return {k: _json_safe(x) for k, x in v.items()}
+  if isinstance(v, (list, tuple)):
+    return [_json_safe(x) for x in v]
+  if isinstance(v, (np.floating, np.integer)):
+    return _json_safe(v.item())
+  return v
+
+
+def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float):
+  """The `Algorithm` for ``cfg`` on ``data`` (``noise_multiplier`` already resolved)."""
+  common = dict(clients_per_round=cfg.clients_per_round, sampling_rate=cfg.sampling_rate,
+                sampler=cfg.sampler, local_epochs=None if cfg.local_steps else cfg.local_epochs,
+                local_steps=cfg.local_steps, batch_size=cfg.batch_size,
+                client_optimizer=cfg.client_optimizer,
+                client_learning_rate=cfg.client_learning_rate,
+                server_optimizer=cfg.server_optimizer,
+                server_learning_rate=cfg.server_learning_rate)
+  if cfg.algorithm in ("dp_fedavg", "dp_fedsgd"):
+    return algos.ALGORITHMS[cfg.algorithm](model, data, clip_norm=cfg.clip_norm,
+                                           noise_multiplier=noise_multiplier, **common)
+  if cfg.algorithm == "dp_fedavg_record_level":
+    return algos.dp_fedavg_record_level(
+        model, data, record_clip_norm=cfg.clip_norm,
+        record_noise_multiplier=noise_multiplier,
+        record_sampling_rate=cfg.record_sampling_rate, **common)
+  return algos.fedavg(model, data, **common)
+
+
+def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
+  """z from the config, or calibrated so that ``rounds`` rounds spend ``target_epsilon``.
+
+  ``probe`` is an `Algorithm` built with a placeholder z; its resolved sampling rate and
+  DP steps per round define the events to calibrate.
+  """
+  if cfg.algorithm == "fedavg":
+    return 0.0
+  if cfg.target_epsilon is None:
+    return float(cfg.noise_multiplier)
+  record = cfg.algorithm == "dp_fedavg_record_level"
+  q = probe.config["record_sampling_rate"] if record else probe.config["sampling_rate"]
+  steps = probe.config["local_dp_steps"] if record else 1
+  kw = dict(probe.privacy.event_kwargs)
+  kw.pop("sampler", None)
+  return float(accounting.calibrate_noise_multiplier(
+      cfg.target_epsilon, cfg.delta, q, cfg.rounds, steps_per_round=steps,
+      sampler=probe.privacy.sampler, accountant=cfg.accountant, **kw))
+
+
+def _plot(records: List[Dict[str, Any]], path: str, title: str) -> None:
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  ev = [r for r in records if "test_accuracy" in r]
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+  a1.plot([r["round"] + 1 for r in ev], [r["test_accuracy"] for r in ev], "o-")
+  a1.set_xlabel("round")
+  a1.set_ylabel("test accuracy")
+  a1.grid(alpha=0.3)
+  eps = [(r["round"] + 1, r["epsilon"]) for r in records
+         if r.get("epsilon") is not None and math.isfinite(r["epsilon"])]
+  if eps:
+    a2.plot(*zip(*eps))
+  else:
+    a2.text(0.5, 0.5, "non-private (epsilon = inf)", ha="center", transform=a2.transAxes)
+  a2.set_xlabel("round")
+  a2.set_ylabel("epsilon (RDP)")
+  a2.grid(alpha=0.3)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+@dataclasses.dataclass
+class RunResult:
+  """What `run` returns: final server state, per-round records, the summary, the ledger."""
+  state: Any
+  records: List[Dict[str, Any]]
+  summary: Dict[str, Any]
+  ledger: Optional[accounting.PrivacyLedger]
+
+
+def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
+  """Runs one training job and writes ``metrics.jsonl``, ``summary.json``, ``curves.png``
+  into ``cfg.out`` (unless ``cfg.out`` is None).
+
+  Args:
+    cfg: a `RunConfig` (validated here, before any loading or compilation).
+    progress: show a tqdm progress bar with loss, accuracy and epsilon.
+    data: an already loaded `FederatedData` (skips loading ``cfg.dataset``).
+
+  Returns:
+    A `RunResult`.
+
+  Raises:
+    FedJaxDpError: invalid configuration; `DatasetNotAvailableError` when the data
+      is missing (its message says how to get it).
+  """
+  from fedjax_dp.data import load_dataset  # deferred: keeps `import fedjax_dp` light
+  cfg.validate()
+  t_start = time.perf_counter()
+  if data is None:
+    data = load_dataset(cfg.dataset, partition=cfg.partition, num_clients=cfg.num_clients,
+                        seed=cfg.seed, data_dir=cfg.data_dir)
+  model_name = cfg.model or DEFAULT_MODELS.get(cfg.dataset, "mlp")
+  model = create_model(model_name, data.feature_shape, data.num_classes)
+  probe = build_algorithm(cfg, model, data, 1.0)
+  z = resolve_noise_multiplier(cfg, data, probe)
+  alg = build_algorithm(cfg, model, data, z) if z != 1.0 else probe
+
+  root = jax.random.key(cfg.seed)
+  state = alg.init(jax.random.fold_in(root, 1 << 20))
+  pop = PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts))
+  ledger = None
+  if alg.privacy is not None:
+    kw = dict(alg.privacy.event_kwargs)
+    ledger = accounting.PrivacyLedger(
+        delta=cfg.delta, privacy_unit="record" if alg.privacy.unit == "record-level"
+        else "user", **_ledger_kwargs(kw))
+  evaluator = make_evaluator(model)
+  test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
+  test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
+  evaluate = lambda params: evaluator(params, test_x, test_y)
+
+  out = cfg.out
+  metrics_file = None
+  if out:
+    os.makedirs(out, exist_ok=True)
+    metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
+  bar = None
+  if progress:
+    from tqdm.auto import tqdm
+    bar = tqdm(total=cfg.rounds, desc=f"{alg.name} on {data.name}", unit="round")
+  last = {"test_accuracy": float("nan")}
+
+  def on_round(r):
+    rec = dict(r)
+    rec["round"] = r["round"] + 1  # 1-based: the number of rounds completed
+    if metrics_file is not None:
+      metrics_file.write(json.dumps(_json_safe(rec)) + "\n")
+      metrics_file.flush()
+    if "test_accuracy" in r:
+      last["test_accuracy"] = r["test_accuracy"]
+    if bar is not None:
+      bar.update(1)
+      bar.set_postfix(loss=f"{r['train_loss']:.3f}", acc=f"{last['test_accuracy']:.3f}",
+                      eps=f"{r.get('epsilon', float('inf')):.2f}")
+
+  try:
+    state, records = run_rounds(
+        alg.round_fn, state, pop, constant_schedule(alg.hparams, cfg.rounds), root,
+        rounds=cfg.rounds, block_size=cfg.eval_every, ledger=ledger, evaluate=evaluate,
+        on_round=on_round)
+  finally:
+    if bar is not None:
+      bar.close()
+    if metrics_file is not None:
+      metrics_file.close()
+
+  final = evaluate(state.params)
+  wall = time.perf_counter() - t_start
+  eps_rdp = ledger.epsilon(accountant="rdp") if ledger else float("inf")
+  eps_pld = ledger.epsilon(accountant="pld") if ledger else float("inf")
+  eps = eps_pld if cfg.accountant == "pld" else eps_rdp
+  summary = {
+      "algorithm": alg.name,
+      "dataset": data.name + (" (subset)" if data.is_subset else ""),
+      "dataset_description": data.describe(),
+      "model": model_name,
+      "rounds": cfg.rounds,
+      "final_test_accuracy": final["accuracy"],
+      "final_test_loss": final["loss"],
+      "majority_class_accuracy": data.majority_class_accuracy(),
+      "epsilon": eps,
+      "epsilon_rdp": eps_rdp,
+      "epsilon_pld": eps_pld,
+      "delta": cfg.delta,
+      "accountant": cfg.accountant,
+      "privacy_unit": alg.privacy.unit if alg.privacy else "none (non-private)",
+      "neighboring_relation": alg.privacy.neighboring if alg.privacy else None,
+      "privacy_note": alg.privacy.note if alg.privacy else "",
+      "noise_multiplier": z,
+      "clip_norm": cfg.clip_norm if alg.privacy else None,
+      "sampling_rate": alg.config["sampling_rate"],
+      "k_max": alg.k_max,
+      "num_clients": data.num_clients,
+      "wall_time_s": wall,
+      "time_per_round_s": (records[-1]["wall_time_s"] / cfg.rounds) if records else None,
+      "config": dataclasses.asdict(cfg),
+      "algorithm_config": alg.config,
+  }
+  if out:
+    with open(os.path.join(out, "summary.json.tmp"), "w") as f:
+      json.dump(_json_safe(summary), f, indent=2)
+    os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
+    _plot(records, os.path.join(out, "curves.png"),
+          f"{alg.name} on {summary['dataset']}: eps={eps:.2f}, delta={cfg.delta:g}")
+  return RunResult(state, records, summary, ledger)
+
+
+def _ledger_kwargs(event_kwargs: Dict[str, Any]) -> Dict[str, Any]:
+  """Maps an algorithm's DpEvent arguments onto the ledger's constructor."""
+  return {k: v for k, v in event_kwargs.items()
+          if k in ("sampler", "population_size", "cohort_size")}
