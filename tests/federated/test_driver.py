@@ -1,0 +1,218 @@
+"""Tests of `fedjax_dp.federated.driver` (blocks of jitted rounds, records, schedules)."""
+
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from fedjax_dp.algorithms import dp_fedavg
+from fedjax_dp.federated import server
+from fedjax_dp.federated.client import ClientHParams, ClientMetrics
+from fedjax_dp.federated.driver import (constant_schedule, make_block_fn, make_evaluator,
+                                        run_rounds)
+from fedjax_dp.federated.round import PopulationData, RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.sampling import PoissonSampler
+from fedjax_dp.models import create_model
+from fedjax_dp.validation import FedJaxDpError
+
+REQUIRED_KEYS = {"round", "train_loss", "noise_multiplier", "sampling_rate", "dp_steps",
+                 "clip_fraction", "wall_time_s", "num_clients", "num_truncated",
+                 "noise_stddev", "aggregate_norm"}
+
+
+@pytest.fixture(scope="module")
+def setup(synthetic_fd):
+  fd = synthetic_fd
+  model = create_model("linear", fd.feature_shape, fd.num_classes)
+  alg = dp_fedavg(model, fd, clip_norm=0.5, noise_multiplier=0.2, clients_per_round=6,
+                  batch_size=8, client_learning_rate=0.3)
+  traces = []
+
+  def counting_round(state, data, hp, key):
+    traces.append(1)  # runs only while tracing
+    return alg.round_fn(state, data, hp, key)
+
+  block_fn = make_block_fn(counting_round)
+  data = PopulationData(jnp.asarray(fd.x), jnp.asarray(fd.y), jnp.asarray(fd.counts))
+  evaluator = make_evaluator(model)
+  evaluate = lambda p: evaluator(p, fd.test_x, fd.test_y)
+  return dict(fd=fd, alg=alg, block_fn=block_fn, traces=traces, data=data,
+              evaluate=evaluate, model=model)
+
+
+def _assert_states_identical(a, b):
+  for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_blocks_equal_one_block_and_records(setup):
+  alg, data, block_fn = setup["alg"], setup["data"], setup["block_fn"]
+  rounds = 6
+  schedule = constant_schedule(alg.hparams, rounds)
+  init = alg.init(jax.random.key(0))
+  seen = []
+  s_blocks, recs = run_rounds(alg.round_fn, init, data, schedule, jax.random.key(1),
+                              rounds=rounds, block_size=2, block_fn=block_fn,
+                              evaluate=setup["evaluate"], eval_every=3, on_round=seen.append)
+  s_one, recs_one = run_rounds(alg.round_fn, init, data, schedule, jax.random.key(1),
+                               rounds=rounds, block_size=rounds, block_fn=block_fn)
+  _assert_states_identical(s_blocks, s_one)
+  assert int(s_blocks.round) == rounds
+  # Continuing from a returned state equals running straight through.
+  s_a, _ = run_rounds(alg.round_fn, init, data, schedule, jax.random.key(1), rounds=2,
+                      block_size=2, block_fn=block_fn)
+  s_b, recs_b = run_rounds(alg.round_fn, s_a, data,
+                           jax.tree_util.tree_map(lambda a: a[2:], schedule),
+                           jax.random.key(1), rounds=4, block_size=2, block_fn=block_fn)
+  _assert_states_identical(s_b, s_blocks)
+  assert [r["round"] for r in recs_b] == [2, 3, 4, 5]
+
+  # Records: one per round, in order, with the required keys.
+  assert [r["round"] for r in recs] == list(range(rounds))
+  assert seen == recs
+  for r in recs:
+    assert REQUIRED_KEYS <= set(r), REQUIRED_KEYS - set(r)
+    assert "epsilon" not in r  # no ledger given
+    assert r["dp_steps"] == 1
+    assert r["noise_multiplier"] == pytest.approx(0.2)
+    assert r["sampling_rate"] == pytest.approx(6 / 24)
+    assert r["noise_stddev"] == pytest.approx(0.2 * 0.5)
+    assert 0.0 <= r["clip_fraction"] <= 1.0
+    assert np.isfinite(r["train_loss"])
+  # eval_every=3 rounds up to block ends: after rounds 4 and 6 (indices 3 and 5).
+  evaluated = [i for i, r in enumerate(recs) if "test_accuracy" in r]
+  assert evaluated == [3, 5]
+  for i in evaluated:
+    assert 0.0 <= recs[i]["test_accuracy"] <= 1.0 and "test_loss" in recs[i]
+  walls = [r["wall_time_s"] for r in recs]
+  assert walls == sorted(walls) and walls[0] >= 0
+  for a, b in zip(recs, recs_one):
+    assert a["train_loss"] == b["train_loss"] and a["num_clients"] == b["num_clients"]
+
+
+def test_schedule_values_change_without_recompiling(setup):
+  alg, data, block_fn, traces = setup["alg"], setup["data"], setup["block_fn"], setup["traces"]
+  init = alg.init(jax.random.key(0))
+  base = constant_schedule(alg.hparams, 2)
+  run_rounds(alg.round_fn, init, data, base, jax.random.key(0), rounds=2, block_size=2,
+             block_fn=block_fn)  # make sure the length-2 block is compiled
+  cache0, traces0 = block_fn._cache_size(), len(traces)
+  for z, c, q in (([0.0, 3.0], [0.1, 2.0], [0.1, 0.3]), ([1.5, 0.7], [5.0, 0.01], [0.2, 0.05])):
+    sched = RoundHParams(np.array(c, np.float32), np.array(z, np.float32),
+                         np.array(q, np.float32), base.client)
+    _, recs = run_rounds(alg.round_fn, init, data, sched, jax.random.key(0), rounds=2,
+                         block_size=2, block_fn=block_fn)
+    # Each round used its own schedule entry.
+    np.testing.assert_allclose([r["noise_multiplier"] for r in recs], z, rtol=1e-6)
+    np.testing.assert_allclose([r["sampling_rate"] for r in recs], q, rtol=1e-6)
+    np.testing.assert_allclose([r["noise_stddev"] for r in recs], np.multiply(z, c), rtol=1e-6)
+  assert block_fn._cache_size() == cache0
+  assert len(traces) == traces0
+
+
+def test_ledger_receives_each_round():
+
+  class FakeLedger:
+    def __init__(self):
+      self.calls = []
+
+    def record_many(self, zs, qs, steps):
+      self.calls.append((list(zs), list(qs), list(steps)))
+      return [float(len(self.calls) * 10 + i) for i in range(len(zs))]
+
+  opt = optax.sgd(1.0)
+  round_fn = make_round(_zero_client, PoissonSampler.create(8, 0.5), opt,
+                        RoundConfig(population_weight=8.0))
+  state = server.init_server_state({"w": jnp.zeros(3)}, opt)
+  sched = RoundHParams(np.ones(3, np.float32), np.array([0.5, 1.0, 2.0], np.float32),
+                       np.full(3, 0.5, np.float32), constant_schedule(ClientHParams(), 3))
+  ledger = FakeLedger()
+  _, recs = run_rounds(round_fn, state, _population(8), sched, jax.random.key(0), rounds=3,
+                       block_size=2, ledger=ledger)
+  assert len(ledger.calls) == 2
+  np.testing.assert_allclose(ledger.calls[0][0] + ledger.calls[1][0], [0.5, 1.0, 2.0])
+  np.testing.assert_allclose(ledger.calls[0][1] + ledger.calls[1][1], [0.5] * 3)
+  assert ledger.calls[0][2] + ledger.calls[1][2] == [1, 1, 1]
+  assert [r["epsilon"] for r in recs] == [10.0, 11.0, 20.0]
+
+
+def test_schedule_errors(setup):
+  alg, data = setup["alg"], setup["data"]
+  init = alg.init(jax.random.key(0))
+  short = constant_schedule(alg.hparams, 3)
+  with pytest.raises(FedJaxDpError, match="schedule"):
+    run_rounds(alg.round_fn, init, data, short, jax.random.key(0), rounds=4)
+  with pytest.raises(FedJaxDpError, match="schedule"):
+    run_rounds(alg.round_fn, init, data, alg.hparams, jax.random.key(0), rounds=2)
+  with pytest.raises(FedJaxDpError, match="rounds"):
+    run_rounds(alg.round_fn, init, data, short, jax.random.key(0), rounds=0)
+  with pytest.raises(FedJaxDpError, match="block_size"):
+    run_rounds(alg.round_fn, init, data, short, jax.random.key(0), rounds=2, block_size=0)
+  with pytest.raises(FedJaxDpError, match="eval_every"):
+    run_rounds(alg.round_fn, init, data, short, jax.random.key(0), rounds=2, eval_every=0)
+
+
+def test_constant_schedule():
+  sched = constant_schedule(RoundHParams(1.0, 0.5, 0.1, ClientHParams(2.0, 0.0, 1.0)), 5)
+  for leaf in jax.tree_util.tree_leaves(sched):
+    assert leaf.shape == (5,) and leaf.dtype == np.float32
+  np.testing.assert_array_equal(sched.noise_multiplier, 0.5)
+  np.testing.assert_array_equal(sched.client.record_clip_norm, 2.0)
+  vec = constant_schedule(RoundHParams(1.0, np.array([0.1, 0.2, 0.3]), 0.5), 4)
+  assert vec.noise_multiplier.shape == (4, 3)
+
+
+# --- Truncation warning (stub client) -------------------------------------------------
+
+def _zero_client(params, x, y, count, key, hp):
+  del x, y, key, hp
+  z, i = jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32)
+  return (jax.tree_util.tree_map(jnp.zeros_like, params),
+          ClientMetrics(z, count.astype(jnp.int32), i + 1, z, z, i, i))
+
+
+def _population(n):
+  return PopulationData(jnp.zeros((n, 2, 1)), jnp.zeros((n, 2), jnp.int32),
+                        jnp.full((n,), 2, jnp.int32))
+
+
+def test_truncation_warns():
+  n = 12
+  opt = optax.sgd(1.0)
+  sampler = PoissonSampler.create(n, 0.5, k_max=1)
+  round_fn = make_round(_zero_client, sampler, opt, RoundConfig(population_weight=float(n)))
+  state = server.init_server_state({"w": jnp.zeros(3)}, opt)
+  sched = constant_schedule(RoundHParams(1.0, 0.0, 0.5), 3)
+  with pytest.warns(RuntimeWarning, match="k_max"):
+    _, recs = run_rounds(round_fn, state, _population(n), sched, jax.random.key(0), rounds=3)
+  assert all(r["num_clients"] == 1 for r in recs)
+  assert sum(r["num_truncated"] for r in recs) > 0
+  for r in recs:
+    assert r["num_truncated"] == r["num_sampled"] - 1
+  # No warning without truncation.
+  full = make_round(_zero_client, PoissonSampler.create(n, 0.5, k_max=n), opt,
+                    RoundConfig(population_weight=float(n)))
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", RuntimeWarning)
+    run_rounds(full, state, _population(n), sched, jax.random.key(0), rounds=3)
+
+
+# --- Evaluator ------------------------------------------------------------------------
+
+def test_evaluator_matches_numpy():
+  rng = np.random.default_rng(0)
+  model = create_model("linear", (4,), 3)
+  params = {"Dense_0": {"kernel": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32),
+                        "bias": jnp.asarray(rng.normal(size=3), jnp.float32)}}
+  evaluate = make_evaluator(model, batch_size=3)
+  for n in (7, 3, 1):
+    x = rng.normal(size=(n, 4)).astype(np.float32)
+    y = rng.integers(0, 3, size=n)
+    logits = x @ np.asarray(params["Dense_0"]["kernel"]) + np.asarray(params["Dense_0"]["bias"])
+    lse = np.log(np.exp(logits).sum(1))
+    out = evaluate(params, x, y)
+    assert out["accuracy"] == pytest.approx(np.mean(logits.argmax(1) == y), abs=1e-6)
+    assert out["loss"] == pytest.approx(np.mean(lse - logits[np.arange(n), y]), rel=1e-5)

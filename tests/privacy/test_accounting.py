@@ -1,0 +1,513 @@
+"""Tests for `fedjax_dp.privacy.accounting` against direct dp_accounting computations."""
+
+import json
+import logging
+import math
+
+import dp_accounting
+from dp_accounting import pld as dp_pld
+from dp_accounting import rdp as dp_rdp
+from absl import logging as absl_logging
+from hypothesis import given, settings, strategies as st
+import numpy as np
+import pytest
+
+from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy.accounting import PrivacyLedger
+from fedjax_dp.validation import FedJaxDpError
+
+DELTA = 1e-5
+ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
+CONVERGENCE_MSG = "_compute_log_a_frac failed to converge"
+# Coarse PLD grid where exact agreement with an equally configured PLDAccountant
+# is checked; keeps the module fast.
+COARSE = 1e-3
+
+
+def poisson(z, q):
+  return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+
+
+def direct_rdp_epsilon(events, delta=DELTA, relation=ADD_REMOVE):
+  acc = dp_rdp.RdpAccountant(neighboring_relation=relation)
+  for event in events:
+    acc.compose(event)
+  return acc.get_epsilon(delta)
+
+
+def direct_pld_epsilon(events, delta=DELTA, interval=COARSE):
+  acc = dp_pld.PLDAccountant(ADD_REMOVE, value_discretization_interval=interval)
+  for event in events:
+    acc.compose(event)
+  return acc.get_epsilon(delta)
+
+
+# A heterogeneous schedule: geometric sigma_t, q = 0.05, a record-level block
+# with 3 DP steps per round.
+GEO_Z = [0.9 * 1.1 ** t for t in range(8)]
+GEO_Q = 0.05
+
+
+def geometric_ledger(interval=COARSE):
+  ledger = PrivacyLedger(DELTA, pld_value_discretization_interval=interval)
+  for z in GEO_Z:
+    ledger.record(z, GEO_Q)
+  ledger.record(1.2, 0.02, dp_steps=3, count=4)
+  return ledger
+
+
+def geometric_events():
+  events = [poisson(z, GEO_Q) for z in GEO_Z]
+  events += [dp_accounting.SelfComposedDpEvent(poisson(1.2, 0.02), 3)] * 4
+  return events
+
+
+# --------------------------------------------------------------------------
+# make_dp_event / neighboring_relation
+# --------------------------------------------------------------------------
+
+
+def test_make_dp_event_poisson_gaussian_and_steps():
+  assert accounting.make_dp_event(1.3, 0.1) == poisson(1.3, 0.1)
+  assert accounting.make_dp_event(1.3, 1.0) == dp_accounting.GaussianDpEvent(1.3)
+  assert accounting.make_dp_event(1.3) == dp_accounting.GaussianDpEvent(1.3)
+  assert accounting.make_dp_event(1.3, 0.1, steps=5) == (
+      dp_accounting.SelfComposedDpEvent(poisson(1.3, 0.1), 5))
+
+
+def test_make_dp_event_fixed_size():
+  event = accounting.make_dp_event(1.0, sampler="fixed_size", population_size=200,
+                                   cohort_size=20)
+  assert event == dp_accounting.SampledWithoutReplacementDpEvent(
+      200, 20, dp_accounting.GaussianDpEvent(1.0))
+  # The cohort is derived from a (float32) sampling rate.
+  derived = accounting.make_dp_event(1.0, float(np.float32(20 / 200)), sampler="fixed_size",
+                                     population_size=200)
+  assert derived == event
+  with pytest.raises(FedJaxDpError, match="population_size"):
+    accounting.make_dp_event(1.0, 0.1, sampler="fixed_size")
+  with pytest.raises(FedJaxDpError, match="sampling_rate"):
+    accounting.make_dp_event(1.0, 0.3, sampler="fixed_size", population_size=200,
+                             cohort_size=20)
+  with pytest.raises(FedJaxDpError, match="integer cohort"):
+    accounting.make_dp_event(1.0, 0.1234, sampler="fixed_size", population_size=200)
+
+
+def test_zero_noise_is_non_private():
+  assert accounting.make_dp_event(0.0, 0.1, steps=3) == dp_accounting.NonPrivateDpEvent()
+  assert accounting.compute_epsilon(0.0, 0.1, 10, DELTA) == math.inf
+  ledger = PrivacyLedger(DELTA)
+  ledger.record(1.0, 0.01)
+  assert math.isfinite(ledger.epsilon())
+  ledger.record(0.0, 0.01)
+  ledger.record(1.0, 0.01)
+  assert ledger.epsilon() == math.inf
+  assert ledger.epsilon(accountant="pld") == math.inf
+  hist = ledger.epsilon_history()
+  assert math.isfinite(hist[0]) and np.all(np.isinf(hist[1:]))
+
+
+def test_neighboring_relation():
+  rel, text = accounting.neighboring_relation("poisson", "user")
+  assert rel is ADD_REMOVE and "add/remove" in text and "user" in text
+  rel, text = accounting.neighboring_relation("fixed_size", "record")
+  assert rel is REPLACE_ONE and "replace-one" in text and "record" in text
+  assert set(accounting.SAMPLERS) == {"poisson", "fixed_size"}
+  with pytest.raises(FedJaxDpError, match="sampler"):
+    accounting.neighboring_relation("shuffle")
+
+
+# --------------------------------------------------------------------------
+# Ledger epsilon == direct dp_accounting
+# --------------------------------------------------------------------------
+
+
+def test_homogeneous_ledger_matches_dp_accounting():
+  ledger = PrivacyLedger(DELTA, pld_value_discretization_interval=COARSE)
+  for _ in range(100):
+    ledger.record(1.0, 0.1)
+  # Composing 100 single events directly costs ~8 s (dp_accounting recomputes the
+  # RDP per compose); the self-composed event is the same composition.
+  direct = [dp_accounting.SelfComposedDpEvent(poisson(1.0, 0.1), 100)]
+  assert ledger.epsilon() == pytest.approx(direct_rdp_epsilon(direct), rel=1e-12)
+  # The ledger's own composed event gives the same number in a fresh accountant.
+  acc = dp_rdp.RdpAccountant()
+  assert ledger.epsilon() == acc.compose(ledger.dp_event()).get_epsilon(DELTA)
+  assert ledger.epsilon(accountant="pld") == pytest.approx(
+      direct_pld_epsilon(direct), rel=1e-9)
+  # Another delta, passed explicitly.
+  assert ledger.epsilon(1e-3) == pytest.approx(direct_rdp_epsilon(direct, 1e-3), rel=1e-12)
+  assert ledger.epsilon(1e-3) < ledger.epsilon()
+
+
+def test_heterogeneous_geometric_schedule_matches_dp_accounting():
+  ledger = geometric_ledger()
+  events = geometric_events()
+  assert ledger.num_rounds == len(events) == 12
+  assert len(ledger.events) == len(GEO_Z) + 1
+  eps_rdp = ledger.epsilon()
+  assert eps_rdp == pytest.approx(direct_rdp_epsilon(events), rel=1e-10)
+  eps_pld = ledger.epsilon(accountant="pld")
+  assert eps_pld == pytest.approx(direct_pld_epsilon(events), rel=1e-6)
+  # Guards against accounting every round with the first round's event.
+  homogeneous = direct_rdp_epsilon(
+      [dp_accounting.SelfComposedDpEvent(poisson(GEO_Z[0], GEO_Q), 12)])
+  assert abs(eps_rdp - homogeneous) > 0.05
+
+
+def test_fixed_size_ledger_uses_replace_one_and_rdp_only():
+  ledger = PrivacyLedger(DELTA, sampler="fixed_size", population_size=100)
+  ledger.record_many(np.full(5, 1.5, np.float32), np.full(5, 0.1, np.float32), 1)
+  event = dp_accounting.SampledWithoutReplacementDpEvent(
+      100, 10, dp_accounting.GaussianDpEvent(1.5))
+  assert ledger.events == [(event, 5)]
+  assert ledger.neighboring_relation is REPLACE_ONE
+  assert ledger.epsilon() == pytest.approx(
+      direct_rdp_epsilon([event] * 5, relation=REPLACE_ONE), rel=1e-12)
+  assert not ledger.supports("pld") and ledger.supports("rdp")
+  with pytest.raises(accounting.UnsupportedAccountingError, match="fixed_size"):
+    ledger.epsilon(accountant="pld")
+  # A fixed cohort size given at construction must match the recorded rate.
+  fixed = PrivacyLedger(DELTA, sampler="fixed_size", population_size=100, cohort_size=10)
+  with pytest.raises(FedJaxDpError, match="sampling_rate"):
+    fixed.record(1.5, 0.2)
+  assert fixed.num_rounds == 0
+
+
+# --------------------------------------------------------------------------
+# epsilon_history
+# --------------------------------------------------------------------------
+
+
+def test_epsilon_history_monotone_and_consistent():
+  ledger = geometric_ledger()
+  hist = ledger.epsilon_history()
+  assert hist.shape == (12,) and hist.dtype == np.float64
+  assert np.all(np.diff(hist) >= 0) and hist[0] > 0
+  assert hist[-1] == ledger.epsilon()
+  # Entry t equals the epsilon of a ledger holding only rounds 0..t.
+  events = geometric_events()
+  for t in (0, 5, 9):
+    assert hist[t] == pytest.approx(direct_rdp_epsilon(events[:t + 1]), rel=1e-10)
+  assert np.array_equal(ledger.epsilon_history(start=10), hist[10:])
+  # A different delta gives a different (larger for smaller delta) history.
+  assert np.all(ledger.epsilon_history(delta=1e-7) > hist)
+  with pytest.raises(FedJaxDpError, match="start"):
+    ledger.epsilon_history(start=13)
+
+
+def test_record_many_returns_per_round_epsilon_of_the_block():
+  ledger = PrivacyLedger(DELTA)
+  first = ledger.record_many([2.0, 2.0, 1.5], [0.01, 0.01, 0.01], [1, 1, 1])
+  second = ledger.record_many(np.array([1.5, 1.5], np.float32), 0.01, 1)
+  assert len(first) == 3 and len(second) == 2
+  assert np.array_equal(np.concatenate([first, second]), ledger.epsilon_history())
+  assert second[-1] == ledger.epsilon()
+
+
+def test_long_history_is_fast_and_matches_final_epsilon():
+  ledger = PrivacyLedger(DELTA)
+  z = np.full(1000, 1.1, np.float32)
+  z[500:] = 1.3
+  hist = ledger.record_many(z, np.full(1000, 0.01, np.float32), np.ones(1000, np.int32))
+  assert len(ledger.events) == 2
+  assert hist.shape == (1000,) and np.all(np.diff(hist) >= 0)
+  assert hist[-1] == ledger.epsilon()
+  assert hist[-1] == pytest.approx(direct_rdp_epsilon(
+      [dp_accounting.SelfComposedDpEvent(poisson(float(np.float32(1.1)),
+                                                 float(np.float32(0.01))), 500),
+       dp_accounting.SelfComposedDpEvent(poisson(float(np.float32(1.3)),
+                                                 float(np.float32(0.01))), 500)]),
+      rel=1e-12)
+
+
+# --------------------------------------------------------------------------
+# Grouping
+# --------------------------------------------------------------------------
+
+
+def test_identical_rounds_group_into_one_run():
+  ledger = PrivacyLedger(DELTA)
+  for _ in range(100):
+    ledger.record(1.0, 0.1)
+  assert ledger.events == [(poisson(1.0, 0.1), 100)]
+  assert ledger.num_rounds == 100
+  assert ledger.dp_event() == dp_accounting.ComposedDpEvent(
+      [dp_accounting.SelfComposedDpEvent(poisson(1.0, 0.1), 100)])
+
+
+def test_alternating_rounds_do_not_group():
+  ledger = PrivacyLedger(DELTA)
+  for t in range(20):
+    ledger.record(1.0 if t % 2 == 0 else 1.2, 0.01)
+  assert len(ledger.events) == 20
+  assert [c for _, c in ledger.events] == [1] * 20
+  assert ledger.events[1][0] == poisson(1.2, 0.01)
+
+
+def test_record_many_float32_groups_exactly_equal_values():
+  ledger = PrivacyLedger(DELTA)
+  z = np.array([1.0, 1.0, 1.0, 2.0, 2.0, 1.0], np.float32)
+  q = np.array([0.1] * 5 + [0.2], np.float32)
+  steps = np.array([1, 1, 1, 1, 1, 1], np.int32)
+  ledger.record_many(z, q, steps)
+  q32 = float(np.float32(0.1))
+  assert q32 != 0.1  # float32 -> float64 is exact, not rounded to the decimal.
+  assert ledger.events == [(poisson(1.0, q32), 3), (poisson(2.0, q32), 2),
+                           (poisson(1.0, float(np.float32(0.2))), 1)]
+  # A following block continuing the last round's parameters extends its run.
+  ledger.record_many(np.array([1.0], np.float32), np.array([0.2], np.float32), [1])
+  assert ledger.events[-1][1] == 2 and len(ledger.events) == 3
+  # dp_steps differences split runs, and steps are composed inside the round.
+  ledger.record_many([1.0, 1.0], [0.2, 0.2], [1, 4])
+  assert ledger.events[-1] == (
+      dp_accounting.SelfComposedDpEvent(poisson(1.0, 0.2), 4), 1)
+  assert ledger.num_rounds == 9
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from([0.8, 1.0, 1.5]), st.sampled_from([0.01, 0.1]),
+                          st.sampled_from([1, 2])), min_size=1, max_size=40))
+def test_runs_are_a_run_length_encoding(rounds):
+  ledger = PrivacyLedger(DELTA)
+  half = len(rounds) // 2
+  z, q, s = (np.array(x) for x in zip(*rounds))
+  ledger.record_many(z[:half], q[:half], s[:half])  # one block, then single rounds
+  for zi, qi, si in rounds[half:]:
+    ledger.record(zi, qi, si)
+  runs = ledger.events
+  expanded = [e for e, c in runs for _ in range(c)]
+  assert expanded == [accounting.make_dp_event(zi, qi, si) for zi, qi, si in rounds]
+  assert all(a[0] != b[0] for a, b in zip(runs, runs[1:]))
+  assert ledger.num_rounds == len(rounds)
+
+
+# --------------------------------------------------------------------------
+# Calibration and compute_epsilon
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(sampling_rate=0.05, rounds=50),
+    dict(sampling_rate=0.02, rounds=20, steps_per_round=5),
+    dict(sampling_rate=None, rounds=30, sampler="fixed_size", population_size=200,
+         cohort_size=20),
+    dict(sampling_rate=0.05, rounds=50, accountant="pld",
+         pld_value_discretization_interval=COARSE),
+])
+def test_calibration_inverts_compute_epsilon(kwargs):
+  target = 3.0
+  z = accounting.calibrate_noise_multiplier(target, DELTA, **kwargs)
+  kw = dict(kwargs)
+  q, rounds = kw.pop("sampling_rate"), kw.pop("rounds")
+  eps = accounting.compute_epsilon(z, q, rounds, DELTA, **kw)
+  assert eps <= target
+  assert eps == pytest.approx(target, rel=1e-3)
+  assert accounting.compute_epsilon(0.95 * z, q, rounds, DELTA, **kw) > target
+
+
+def test_calibration_larger_budget_needs_less_noise():
+  z3 = accounting.calibrate_noise_multiplier(3.0, DELTA, 1.0, 10)
+  z8 = accounting.calibrate_noise_multiplier(8.0, DELTA, 1.0, 10)
+  assert z8 < z3
+  # z = 1 is already enough for this target: the bracket search goes downwards.
+  z_big = accounting.calibrate_noise_multiplier(50.0, DELTA, 1.0, 1)
+  assert z_big < 1.0
+  assert accounting.compute_epsilon(z_big, 1.0, 1, DELTA) <= 50.0
+
+
+def test_compute_epsilon_matches_dp_accounting():
+  eps = accounting.compute_epsilon(1.1, 0.01, 200, DELTA, steps_per_round=2)
+  direct = direct_rdp_epsilon(
+      [dp_accounting.SelfComposedDpEvent(poisson(1.1, 0.01), 400)])
+  assert eps == pytest.approx(direct, rel=1e-12)
+
+
+@pytest.mark.parametrize("z,q,rounds", [(1.0, 0.1, 100), (1.5, 0.01, 1000), (2.0, 1.0, 10)])
+def test_pld_is_tighter_than_rdp(z, q, rounds):
+  rdp = accounting.compute_epsilon(z, q, rounds, DELTA)
+  pld = accounting.compute_epsilon(z, q, rounds, DELTA, accountant="pld")
+  assert 0.5 * rdp < pld <= rdp
+
+
+def test_pld_fixed_size_is_unsupported():
+  with pytest.raises(accounting.UnsupportedAccountingError, match="PLDAccountant"):
+    accounting.compute_epsilon(1.0, 0.1, 10, DELTA, sampler="fixed_size",
+                               population_size=100, accountant="pld")
+
+
+# --------------------------------------------------------------------------
+# Bad inputs
+# --------------------------------------------------------------------------
+
+GOOD = dict(target_epsilon=2.0, delta=DELTA, sampling_rate=0.1, rounds=10)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("target_epsilon", -1.0), ("target_epsilon", 0.0), ("target_epsilon", float("nan")),
+    ("target_epsilon", float("inf")),
+    ("delta", 0.0), ("delta", 1.0), ("delta", 1.5), ("delta", float("nan")),
+    ("sampling_rate", 0.0), ("sampling_rate", 1.5), ("sampling_rate", -0.1),
+    ("sampling_rate", float("nan")),
+    ("rounds", 0), ("rounds", 2.5),
+    ("steps_per_round", 0), ("sampler", "shuffle"), ("accountant", "moments"),
+    ("tol", 0.0),
+])
+def test_calibration_rejects_bad_inputs(name, value):
+  kwargs = dict(GOOD, **{name: value})
+  with pytest.raises(FedJaxDpError, match=name):
+    accounting.calibrate_noise_multiplier(**kwargs)
+
+
+@pytest.mark.parametrize("name,value", [
+    ("noise_multiplier", -0.5), ("noise_multiplier", float("nan")),
+    ("noise_multiplier", float("inf")), ("sampling_rate", 0.0),
+    ("sampling_rate", 1.01), ("delta", 1.0), ("rounds", 0), ("steps_per_round", 0),
+])
+def test_compute_epsilon_rejects_bad_inputs(name, value):
+  kwargs = dict(noise_multiplier=1.0, sampling_rate=0.1, rounds=10, delta=DELTA)
+  kwargs[name] = value
+  with pytest.raises(FedJaxDpError, match=name):
+    accounting.compute_epsilon(**kwargs)
+
+
+def test_ledger_rejects_bad_inputs_and_records_nothing():
+  with pytest.raises(FedJaxDpError, match="delta"):
+    PrivacyLedger(0.0)
+  with pytest.raises(FedJaxDpError, match="orders"):
+    PrivacyLedger(DELTA, orders=[0.5, 2.0])
+  with pytest.raises(FedJaxDpError, match="population_size"):
+    PrivacyLedger(DELTA, sampler="fixed_size")
+  ledger = PrivacyLedger(DELTA)
+  for args, name in [((float("nan"), 0.1), "noise_multiplier"),
+                     ((-1.0, 0.1), "noise_multiplier"),
+                     ((1.0, 0.0), "sampling_rate"), ((1.0, float("inf")), "sampling_rate"),
+                     ((1.0, 0.1, 0), "dp_steps"), ((1.0, 0.1, 1.5), "dp_steps"),
+                     ((1.0, 0.1, 1, 0), "count")]:
+    with pytest.raises(FedJaxDpError, match=name):
+      ledger.record(*args)
+  with pytest.raises(FedJaxDpError, match=r"noise_multipliers\[2\]"):
+    ledger.record_many(np.array([1.0, 1.0, np.nan], np.float32), 0.1)
+  with pytest.raises(FedJaxDpError, match=r"sampling_rates\[1\]"):
+    ledger.record_many([1.0, 1.0], [0.1, 1.5])
+  with pytest.raises(FedJaxDpError, match=r"dp_steps\[0\]"):
+    ledger.record_many([1.0], [0.1], [0])
+  with pytest.raises(FedJaxDpError, match="sampling_rates must have 2 entries"):
+    ledger.record_many([1.0, 1.0], [0.1, 0.1, 0.1])
+  with pytest.raises(FedJaxDpError, match="delta"):
+    ledger.epsilon(delta=2.0)
+  with pytest.raises(FedJaxDpError, match="accountant"):
+    ledger.epsilon(accountant="moments")
+  assert ledger.num_rounds == 0 and ledger.events == []
+  assert ledger.epsilon() == 0.0
+
+
+def test_record_accepts_numpy_scalars_exactly():
+  ledger = PrivacyLedger(DELTA)
+  ledger.record(np.float32(1.1), np.array(0.1, np.float32), np.int32(2))
+  ledger.record(np.float64(1.1), 0.1, np.float32(3.0))
+  assert ledger.events == [
+      (dp_accounting.SelfComposedDpEvent(
+          poisson(float(np.float32(1.1)), float(np.float32(0.1))), 2), 1),
+      (dp_accounting.SelfComposedDpEvent(poisson(1.1, 0.1), 3), 1)]
+
+
+# --------------------------------------------------------------------------
+# Serialisation and summary
+# --------------------------------------------------------------------------
+
+
+def test_to_dict_from_dict_roundtrip_is_exact():
+  ledger = geometric_ledger()
+  # Query PLD before recording more: the ledger then composes incrementally,
+  # which must agree bit for bit with the restored ledger composing at once.
+  eps_pld_before = ledger.epsilon(accountant="pld")
+  ledger.record_many(np.full(3, 0.7, np.float32), np.full(3, 0.03, np.float32), 2)
+  assert ledger.epsilon(accountant="pld") > eps_pld_before
+  state = json.loads(json.dumps(ledger.to_dict()))
+  restored = PrivacyLedger.from_dict(state)
+  assert restored.events == ledger.events
+  assert restored.num_rounds == ledger.num_rounds == 15
+  assert restored.epsilon() == ledger.epsilon()
+  assert np.array_equal(restored.epsilon_history(), ledger.epsilon_history())
+  assert restored.epsilon(accountant="pld") == ledger.epsilon(accountant="pld")
+  with pytest.raises(FedJaxDpError, match="format"):
+    PrivacyLedger.from_dict({"runs": []})
+
+
+def test_summary_describes_the_guarantee():
+  ledger = PrivacyLedger(DELTA, privacy_unit="record")
+  ledger.record(1.2, 0.01, dp_steps=5, count=10)
+  summary = ledger.summary()
+  assert summary.privacy_unit == "record-level"
+  assert "add/remove" in summary.neighboring_relation
+  assert summary.epsilon == ledger.epsilon()
+  assert (summary.num_rounds, summary.num_releases, summary.delta) == (10, 50, DELTA)
+  assert summary.to_dict()["accountant"] == "rdp"
+  assert f"{summary.epsilon:.4g}" in str(summary) and "10 rounds" in str(summary)
+  assert PrivacyLedger(DELTA, privacy_unit="user-level").summary().privacy_unit == (
+      "user-level")
+  with pytest.raises(FedJaxDpError, match="privacy_unit"):
+    PrivacyLedger(DELTA, privacy_unit="client")
+
+
+# --------------------------------------------------------------------------
+# Log hygiene
+# --------------------------------------------------------------------------
+
+
+def _convergence_records(records):
+  return [r for r in records if r.name == "absl" and CONVERGENCE_MSG in r.getMessage()]
+
+
+def test_dp_accounting_itself_warns_on_every_compose(caplog):
+  """The premise of the log-hygiene code: dp-accounting 0.6.0 warns per order and call."""
+  caplog.set_level(logging.WARNING)
+  acc = dp_rdp.RdpAccountant()
+  acc.compose(poisson(1.0, 0.1))
+  acc.compose(poisson(1.0, 0.1))
+  assert len(_convergence_records(caplog.records)) >= 2 * 5
+
+
+def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
+  caplog.set_level(logging.WARNING)
+  composes = []
+  original_compose = dp_rdp.RdpAccountant.compose
+
+  def counting_compose(self, event, count=1):
+    composes.append(event)
+    return original_compose(self, event, count)
+
+  monkeypatch.setattr(dp_rdp.RdpAccountant, "compose", counting_compose)
+  accounting._rdp_of.cache_clear()  # pylint: disable=protected-access
+  ledger = PrivacyLedger(DELTA)
+  eps = []
+  for _ in range(100):
+    ledger.record(1.0, 0.1)
+    eps.append(ledger.epsilon())  # what a driver does after each round
+  history = ledger.epsilon_history()
+  eps_pld = ledger.epsilon(accountant="pld")
+  assert ledger.events == [(poisson(1.0, 0.1), 100)]
+  assert eps_pld < eps[-1] == history[-1]
+  assert _convergence_records(caplog.records) == []
+  ours = [r for r in caplog.records if r.name == accounting.__name__]
+  assert len(ours) == 1 and "1.1" in ours[0].getMessage()
+  assert len(caplog.records) <= 6
+  # The RDP of the unique event was computed once, not once per round.
+  assert composes == [poisson(1.0, 0.1)]
+
+
+def test_deduplication_silences_only_the_convergence_warning(caplog):
+  caplog.set_level(logging.WARNING)
+  with accounting.deduplicate_rdp_convergence_warnings():
+    dp_rdp.RdpAccountant().compose(poisson(0.9, 0.1), 3)
+    absl_logging.warning("an unrelated dp_accounting warning")
+  messages = [r.getMessage() for r in caplog.records]
+  assert "an unrelated dp_accounting warning" in messages
+  assert _convergence_records(caplog.records) == []
+  assert sum("did not converge" in m for m in messages) == 1
+  # Outside the context manager, nothing is filtered any more.
+  caplog.clear()
+  dp_rdp.RdpAccountant().compose(poisson(0.9, 0.1))
+  assert _convergence_records(caplog.records)
