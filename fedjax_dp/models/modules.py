@@ -12,6 +12,8 @@ from typing import Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from fedjax_dp.models.layers import Conv, max_pool
+
 
 class MLP(nn.Module):
   """Multi-layer perceptron: flatten, ``hidden`` dense layers, dense output.
@@ -40,6 +42,7 @@ class CNN(nn.Module):
 
   conv(32, 3x3) -> relu -> conv(64, 3x3) -> relu -> maxpool 2x2 -> dense(hidden) ->
   relu -> dense(num_classes). Input ``[B, H, W, C]`` (a ``[B, H, W]`` input gets C=1).
+  Convolutions are `fedjax_dp.models.layers.Conv` (fast under vmap over clients).
   """
   num_classes: int
   features: Sequence[int] = (32, 64)
@@ -50,8 +53,8 @@ class CNN(nn.Module):
     if x.ndim == 3:
       x = x[..., None]
     for f in self.features:
-      x = nn.relu(nn.Conv(f, (3, 3), padding="VALID")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+      x = nn.relu(Conv(f, (3, 3), padding="VALID")(x))
+    x = max_pool(x, (2, 2))
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(self.hidden)(x))
     return nn.Dense(self.num_classes)(x)
@@ -61,7 +64,8 @@ class HARConv1D(nn.Module):
   """1-D CNN for inertial windows ``[B, T, channels]`` (e.g. HAR 128 x 6).
 
   Two conv(kernel 5) + relu + maxpool(2) blocks, global average pooling over time,
-  dense(hidden) + relu, dense(num_classes).
+  dense(hidden) + relu, dense(num_classes). Convolutions are
+  `fedjax_dp.models.layers.Conv` (fast under vmap over clients).
   """
   num_classes: int
   features: Sequence[int] = (32, 64)
@@ -70,8 +74,8 @@ class HARConv1D(nn.Module):
   @nn.compact
   def __call__(self, x):
     for f in self.features:
-      x = nn.relu(nn.Conv(f, (5,), padding="SAME")(x))
-      x = nn.max_pool(x, (2,), strides=(2,))
+      x = nn.relu(Conv(f, (5,), padding="SAME")(x))
+      x = max_pool(x, (2,))
     x = jnp.mean(x, axis=1)
     x = nn.relu(nn.Dense(self.hidden)(x))
     return nn.Dense(self.num_classes)(x)
