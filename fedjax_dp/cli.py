@@ -130,9 +130,11 @@ def _cmd_run(args) -> int:
   s = result.summary
   eps = s["epsilon"]
   eps_txt = f"{eps:.3f}" if math.isfinite(eps) else "inf (non-private)"
+  steady = s.get("steady_time_per_round_s")
+  steady_txt = f", {steady * 1e3:.0f} ms/round after compilation" if steady else ""
   print(f"\n{s['algorithm']} on {s['dataset']}: {s['rounds']} rounds in "
-        f"{s['wall_time_s']:.1f} s ({s['time_per_round_s'] * 1e3:.0f} ms/round after "
-        "loading)")
+        f"{s['wall_time_s']:.1f} s ({s['time_per_round_s'] * 1e3:.0f} ms/round including "
+        f"compilation{steady_txt})")
   print(f"  final test accuracy {s['final_test_accuracy']:.4f} (majority-class baseline "
         f"{s['majority_class_accuracy']:.4f}), test loss {s['final_test_loss']:.4f}")
   print(f"  privacy: ({eps_txt}, {s['delta']:g})-DP, {s['privacy_unit']}, neighbouring "

@@ -47,7 +47,7 @@ class RunConfig:
   num_clients: Optional[int] = None
   data_dir: Optional[str] = None
   model: Optional[str] = None
-  rounds: int = 100
+  rounds: int = 50
   clients_per_round: Optional[int] = None
   sampling_rate: Optional[float] = 0.5
   sampler: str = "poisson"
@@ -56,9 +56,9 @@ class RunConfig:
   batch_size: int = 16
   client_optimizer: str = "sgd"
   client_learning_rate: float = 0.1
-  server_optimizer: str = "fedavgm"
+  server_optimizer: str = "fedavg"
   server_learning_rate: float = 1.0
-  noise_multiplier: Optional[float] = 0.8
+  noise_multiplier: Optional[float] = 2.0
   target_epsilon: Optional[float] = None
   delta: float = 1e-3
   clip_norm: float = 0.5
@@ -253,9 +253,16 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     bar = tqdm(total=cfg.rounds, desc=f"{alg.name} on {data.name}", unit="round")
   last = {"test_accuracy": float("nan")}
 
+  # What a reader of metrics.jsonl needs, besides each round's (z, q, dp_steps), to
+  # recompute epsilon from the file alone.
+  accounting_fields = ({"delta": cfg.delta, "sampler": alg.privacy.sampler,
+                        **_ledger_kwargs(alg.privacy.event_kwargs)}
+                       if alg.privacy is not None else {})
+
   def on_round(r):
     rec = dict(r)
     rec["round"] = r["round"] + 1  # 1-based: the number of rounds completed
+    rec.update(accounting_fields)
     if metrics_file is not None:
       metrics_file.write(json.dumps(_json_safe(rec)) + "\n")
       metrics_file.flush()
@@ -306,6 +313,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "num_clients": data.num_clients,
       "wall_time_s": wall,
       "time_per_round_s": (records[-1]["wall_time_s"] / cfg.rounds) if records else None,
+      "steady_time_per_round_s": _steady_time_per_round(records),
       "config": dataclasses.asdict(cfg),
       "algorithm_config": alg.config,
   }
@@ -316,6 +324,16 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     _plot(records, os.path.join(out, "curves.png"),
           f"{alg.name} on {summary['dataset']}: eps={eps:.2f}, delta={cfg.delta:g}")
   return RunResult(state, records, summary, ledger)
+
+
+def _steady_time_per_round(records: List[Dict[str, Any]]) -> Optional[float]:
+  """Seconds per round after the first compiled block (which includes compilation),
+  or None when the run had a single block."""
+  walls = [r["wall_time_s"] for r in records]
+  first_block = walls.count(walls[0]) if walls else 0
+  if first_block == 0 or first_block == len(walls):
+    return None
+  return (walls[-1] - walls[0]) / (len(walls) - first_block)
 
 
 def _ledger_kwargs(event_kwargs: Dict[str, Any]) -> Dict[str, Any]:

@@ -64,12 +64,16 @@ class HARConv1D(nn.Module):
   """1-D CNN for inertial windows ``[B, T, channels]`` (e.g. HAR 128 x 6).
 
   Two conv(kernel 5) + relu + maxpool(2) blocks, global average pooling over time,
-  dense(hidden) + relu, dense(num_classes). Convolutions are
+  dense(hidden) + relu, dense(num_classes). The defaults (16 and 32 filters, 32 hidden
+  units: 4,342 parameters for 6 channels and 6 classes) are kept small on purpose: under
+  user-level DP the noise norm grows with sqrt(#parameters) while the clipped signal does
+  not, and with HAR's 30 clients a 15k-parameter variant (32, 64, 64) learned markedly
+  worse at the same epsilon (0.76 vs 0.84 test accuracy after 50 rounds at z = 2). Convolutions are
   `fedjax_dp.models.layers.Conv` (fast under vmap over clients).
   """
   num_classes: int
-  features: Sequence[int] = (32, 64)
-  hidden: int = 64
+  features: Sequence[int] = (16, 32)
+  hidden: int = 32
 
   @nn.compact
   def __call__(self, x):

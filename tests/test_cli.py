@@ -1,0 +1,164 @@
+"""The command line and the runner: outputs on disk, privacy bookkeeping, bad input."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from fedjax_dp import cli
+from fedjax_dp.data.sources import har
+from fedjax_dp.runner import RunConfig, run
+
+SYNTH = ["--dataset", "synthetic", "--num-clients", "20", "--model", "linear",
+         "--batch-size", "8", "--eval-every", "3", "--no-progress"]
+
+
+def _read_jsonl(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def _epsilon_from_metrics(records, delta):
+  """Recomputes epsilon from metrics.jsonl alone with a fresh dp_accounting RDP accountant."""
+  acc = dp_accounting.rdp.RdpAccountant()
+  for r in records:
+    assert r["sampler"] == "poisson"
+    event = dp_accounting.PoissonSampledDpEvent(
+        r["sampling_rate"], dp_accounting.GaussianDpEvent(r["noise_multiplier"]))
+    acc.compose(dp_accounting.SelfComposedDpEvent(event, r["dp_steps"]))
+  return acc.get_epsilon(delta)
+
+
+def test_cli_run_writes_metrics_summary_and_curves(tmp_path, capsys):
+  out = tmp_path / "run"
+  rc = cli.main(["run", *SYNTH, "--rounds", "7", "--sampling-rate", "0.3",
+                 "--noise-multiplier", "1.1", "--clip-norm", "0.7", "--delta", "1e-4",
+                 "--out", str(out)])
+  assert rc == 0
+  printed = capsys.readouterr().out
+  assert "final test accuracy" in printed and "user-level" in printed
+
+  records = _read_jsonl(out / "metrics.jsonl")
+  assert [r["round"] for r in records] == list(range(1, 8))
+  for r in records:
+    for key in ("train_loss", "noise_multiplier", "sampling_rate", "dp_steps", "epsilon",
+                "clip_fraction", "wall_time_s", "delta", "sampler"):
+      assert key in r, key
+    assert r["noise_multiplier"] == pytest.approx(1.1)
+    assert r["sampling_rate"] == pytest.approx(0.3)
+    assert r["dp_steps"] == 1 and 0.0 <= r["clip_fraction"] <= 1.0
+  # Evaluated every 3 rounds and after the last one.
+  assert [r["round"] for r in records if "test_accuracy" in r] == [3, 6, 7]
+  eps = [r["epsilon"] for r in records]
+  assert all(b > a for a, b in zip(eps, eps[1:]))
+
+  summary = json.loads((out / "summary.json").read_text())
+  for key in ("algorithm", "dataset", "rounds", "final_test_accuracy", "final_test_loss",
+              "epsilon", "delta", "accountant", "noise_multiplier", "clip_norm",
+              "wall_time_s", "config"):
+    assert key in summary, key
+  assert summary["rounds"] == 7 and summary["delta"] == 1e-4
+  assert summary["privacy_unit"] == "user-level"
+  assert summary["epsilon"] == pytest.approx(eps[-1])
+  # Anyone can recompute epsilon from metrics.jsonl alone.
+  assert _epsilon_from_metrics(records, 1e-4) == pytest.approx(summary["epsilon_rdp"],
+                                                                rel=1e-9)
+  assert summary["epsilon_pld"] <= summary["epsilon_rdp"] * 1.001
+  with open(out / "curves.png", "rb") as f:
+    assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_target_epsilon_is_met_and_nearly_spent(tmp_path):
+  res = run(RunConfig(dataset="synthetic", num_clients=20, model="linear", rounds=6,
+                      sampling_rate=0.25, noise_multiplier=None, target_epsilon=3.0,
+                      delta=1e-5, eval_every=6, out=None), progress=False)
+  eps = res.summary["epsilon_rdp"]
+  assert eps <= 3.0 and eps > 2.9
+  assert res.summary["noise_multiplier"] > 0
+
+
+def test_fedavg_baseline_reports_no_privacy(tmp_path):
+  res = run(RunConfig(algorithm="fedavg", dataset="synthetic", num_clients=12,
+                      model="linear", rounds=3, clients_per_round=4, sampling_rate=None,
+                      eval_every=3, out=str(tmp_path / "fa")), progress=False)
+  assert math.isinf(res.summary["epsilon"]) and res.ledger is None
+  summary = json.loads((tmp_path / "fa" / "summary.json").read_text())
+  assert summary["epsilon"] is None  # JSON has no inf: written as null
+  assert summary["privacy_unit"].startswith("none")
+
+
+def test_record_level_run_composes_local_steps(tmp_path):
+  res = run(RunConfig(algorithm="dp_fedavg_record_level", dataset="synthetic",
+                      num_clients=10, model="linear", rounds=2, sampling_rate=0.5,
+                      noise_multiplier=1.0, record_sampling_rate=0.25, batch_size=4,
+                      eval_every=2, out=None), progress=False)
+  steps = res.summary["algorithm_config"]["local_dp_steps"]
+  assert steps == 4  # one expected epoch at q_r = 1/4
+  assert all(r["dp_steps"] == steps and r["sampling_rate"] == pytest.approx(0.25)
+             for r in res.records)
+  assert res.summary["privacy_unit"] == "record-level"
+  assert res.ledger.summary().num_releases == 2 * steps
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--target-epsilon", "-1"], "target_epsilon"),
+    (["--target-epsilon", "nan"], "target_epsilon"),
+    (["--delta", "1.0"], "delta"),
+    (["--delta", "0"], "delta"),
+    (["--clip-norm", "0"], "clip_norm"),
+    (["--clip-norm", "-2"], "clip_norm"),
+    (["--noise-multiplier", "-0.5"], "noise_multiplier"),
+    (["--noise-multiplier", "inf"], "noise_multiplier"),
+    (["--sampling-rate", "0"], "sampling_rate"),
+    (["--sampling-rate", "1.5"], "sampling_rate"),
+    (["--rounds", "0"], "rounds"),
+    (["--client-lr", "nan"], "client_learning_rate"),
+    (["--dataset", "no_such_data"], "unknown dataset"),
+    (["--clients-per-round", "50", "--num-clients", "20"], "clients_per_round"),
+])
+def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, args, needle):
+  out = tmp_path / "bad"
+  base = ["run", "--dataset", "synthetic", "--num-clients", "20", "--model", "linear",
+          "--rounds", "2", "--no-progress", "--out", str(out)]
+  rc = cli.main(base + args)
+  err = capsys.readouterr().err
+  assert rc == 2
+  assert err.startswith("fedjax-dp: error:") and needle in err
+  assert "Traceback" not in err
+  assert not (out / "metrics.jsonl").exists()  # refused before anything ran
+
+
+def test_datasets_command_lists_har(capsys):
+  assert cli.main(["datasets", "--json"]) == 0
+  infos = {d["name"]: d for d in json.loads(capsys.readouterr().out)}
+  assert set(infos) >= {"har", "fashion_mnist", "mnist", "emnist", "cifar10", "synthetic"}
+  assert infos["har"]["available"] == har.is_available()
+  assert infos["har"]["natural_clients"] is True
+
+
+def test_console_script_help_explains_options():
+  exe = os.path.join(os.path.dirname(sys.executable), "fedjax-dp")
+  cmd = [exe] if os.path.exists(exe) else [sys.executable, "-m", "fedjax_dp.cli"]
+  out = subprocess.run(cmd + ["run", "--help"], capture_output=True, text=True, check=True)
+  for opt in ("--algorithm", "--dataset", "--partition", "--rounds", "--clients-per-round",
+              "--sampling-rate", "--local-epochs", "--batch-size", "--noise-multiplier",
+              "--target-epsilon", "--delta", "--clip-norm", "--seed", "--out"):
+    assert opt in out.stdout, opt
+
+
+@pytest.mark.skipif(not har.is_available(), reason="HAR package not installed")
+def test_main_job_on_real_har_beats_majority_class(tmp_path):
+  """The default main job (DP-FedAvg on HAR, 30 natural clients), with fewer rounds."""
+  res = run(RunConfig(rounds=20, eval_every=10, out=str(tmp_path / "har")),
+            progress=False)
+  s = res.summary
+  assert s["dataset"] == "har" and s["num_clients"] == 30
+  assert s["majority_class_accuracy"] < 0.25
+  assert s["final_test_accuracy"] > 0.5  # 6 classes, majority class 19%
+  assert 0 < s["epsilon"] < math.inf
+  assert np.isfinite(s["final_test_loss"])
