@@ -114,15 +114,17 @@ class RunConfig:
     return self
 
 
-def _json_safe(v):
+def json_safe(v):
+  """``v`` with non-finite floats as None and numpy scalars as Python numbers (strict
+  JSON has no inf/NaN)."""
   if isinstance(v, float) and not math.isfinite(v):
     return None
   if isinstance(v, dict):
-    return {k: _json_safe(x) for k, x in v.items()}
+    return {k: json_safe(x) for k, x in v.items()}
   if isinstance(v, (list, tuple)):
-    return [_json_safe(x) for x in v]
+    return [json_safe(x) for x in v]
   if isinstance(v, (np.floating, np.integer)):
-    return _json_safe(v.item())
+    return json_safe(v.item())
   return v
 
 
@@ -264,7 +266,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     rec["round"] = r["round"] + 1  # 1-based: the number of rounds completed
     rec.update(accounting_fields)
     if metrics_file is not None:
-      metrics_file.write(json.dumps(_json_safe(rec)) + "\n")
+      metrics_file.write(json.dumps(json_safe(rec)) + "\n")
       metrics_file.flush()
     if "test_accuracy" in r:
       last["test_accuracy"] = r["test_accuracy"]
@@ -319,7 +321,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   }
   if out:
     with open(os.path.join(out, "summary.json.tmp"), "w") as f:
-      json.dump(_json_safe(summary), f, indent=2)
+      json.dump(json_safe(summary), f, indent=2)
     os.replace(os.path.join(out, "summary.json.tmp"), os.path.join(out, "summary.json"))
     _plot(records, os.path.join(out, "curves.png"),
           f"{alg.name} on {summary['dataset']}: eps={eps:.2f}, delta={cfg.delta:g}")

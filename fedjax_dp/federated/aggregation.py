@@ -80,11 +80,22 @@ def population_weight_total(counts: np.ndarray, weighting: str,
       return float(counts.sum())
     check_positive("data_size_cap", cap)
     return float(np.minimum(counts / cap, 1.0).sum())
-  raise FedJaxDpError(f"weighting must be 'uniform' or 'data_size', got {weighting!r}.")
+  raise FedJaxDpError(f"weighting must be 'uniform' or 'data_size', got {weighting!r}; "
+                      "for custom weights W is their sum.")
 
 
 def custom_weights(weights: Any, num_clients: int) -> np.ndarray:
-  """Validates a user-given per-population-client weight vector ``[N]`` in [0, 1]."""
+  """Validates a user-given per-population-client weight vector ``[N]`` in [0, 1].
+
+  Use it for ``PopulationData(..., weights=w)`` with ``RoundConfig(weighting="custom",
+  population_weight=w.sum())``: the fixed DP-FedAvg denominator is then ``q * sum(w)``.
+
+  Returns:
+    float64 ``[N]``.
+
+  Raises:
+    FedJaxDpError: wrong shape, non-finite entries or entries outside [0, 1].
+  """
   w = np.asarray(weights, np.float64)
   if w.shape != (num_clients,):
     raise FedJaxDpError(f"weights must have shape ({num_clients},), got {w.shape}.")

@@ -29,20 +29,27 @@ import optax
 from fedjax_dp.federated import aggregation, keys as keylib, server
 from fedjax_dp.federated.client import ClientHParams
 from fedjax_dp.privacy import clipping, noise
-from fedjax_dp.validation import check_choice
+from fedjax_dp.validation import FedJaxDpError, check_choice, check_positive
 
 PyTree = Any
 
 NOISE_MODES = ("none", "central", "local")
-WEIGHTINGS = ("uniform", "data_size")
+WEIGHTINGS = ("uniform", "data_size", "custom")
 DENOMINATORS = ("expected", "actual")
 
 
 class PopulationData(NamedTuple):
-  """Device-resident population: ``x [N, max_n, ...]``, ``y [N, max_n]``, ``counts [N]``."""
+  """Device-resident population: ``x [N, max_n, ...]``, ``y [N, max_n]``, ``counts [N]``.
+
+  ``weights`` (float32 ``[N]``, optional) are per-population-client aggregation
+  weights, read only with ``RoundConfig(weighting="custom")``; under DP they must lie
+  in [0, 1] so that one client moves the weighted sum by at most the clip norm
+  (validate them with `fedjax_dp.federated.aggregation.custom_weights`).
+  """
   x: jax.Array
   y: jax.Array
   counts: jax.Array
+  weights: Optional[jax.Array] = None
 
 
 class RoundHParams(NamedTuple):
@@ -93,12 +100,16 @@ class RoundConfig:
   Attributes:
     clip_updates: clip each client's update to ``hp.clip_norm`` (user-level DP).
     noise: ``"none"``, ``"central"`` (on the weighted sum) or ``"local"`` (per client).
-    weighting: ``"uniform"`` or ``"data_size"`` (``min(n_k / cap, 1)`` when
-      ``data_size_cap`` is set).
+    weighting: ``"uniform"``, ``"data_size"`` (``min(n_k / cap, 1)`` when
+      ``data_size_cap`` is set) or ``"custom"`` (``data.weights[client_id]``, any
+      weight vector given with the population).
     denominator: ``"expected"`` (fixed public ``q W``) or ``"actual"`` (sum of cohort
       weights).
     data_size_cap: cap for data-size weights (required for DP with data-size weights).
-    population_weight: ``W = sum_k w_k`` over the population (host constant).
+    population_weight: ``W = sum_k w_k`` over the population (host constant), e.g.
+      the number of clients N for uniform weights
+      (`fedjax_dp.federated.aggregation.population_weight_total`). Required (> 0)
+      with ``denominator="expected"``, whose fixed denominator is ``q W``.
     record_level: local DP-SGD is on; the ledger then composes the local steps.
     dp_steps: DP releases per round composed by the ledger (1 for user level).
   """
@@ -107,7 +118,7 @@ class RoundConfig:
   weighting: str = "uniform"
   denominator: str = "expected"
   data_size_cap: Optional[float] = None
-  population_weight: float = 1.0
+  population_weight: Optional[float] = None
   record_level: bool = False
   dp_steps: int = 1
 
@@ -115,6 +126,13 @@ class RoundConfig:
     check_choice("noise", self.noise, NOISE_MODES)
     check_choice("weighting", self.weighting, WEIGHTINGS)
     check_choice("denominator", self.denominator, DENOMINATORS)
+    if self.denominator == "expected":
+      if self.population_weight is None:
+        raise FedJaxDpError(
+            "population_weight is required with denominator='expected' (the fixed "
+            "public denominator is sampling_rate * population_weight; for uniform "
+            "weights population_weight is the number of clients N).")
+      check_positive("population_weight", self.population_weight)
 
 
 def make_round(client_update: Callable, sampler, server_optimizer: optax.GradientTransformation,
@@ -158,8 +176,13 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     # Weights (bounded in [0, 1] for DP) and padding mask: padded slots weigh 0.
     if config.weighting == "uniform":
       weights = aggregation.uniform_weights(mask)
-    else:
+    elif config.weighting == "data_size":
       weights = aggregation.data_size_weights(counts, mask, config.data_size_cap)
+    else:
+      if data.weights is None:
+        raise ValueError("RoundConfig(weighting='custom') needs PopulationData.weights "
+                         "[num_clients].")
+      weights = jnp.asarray(data.weights, jnp.float32)[ids] * mask.astype(jnp.float32)
 
     z = jnp.asarray(hp.noise_multiplier, jnp.float32)
     if z.ndim == 1:  # per-population-client noise multipliers (local noise)

@@ -111,11 +111,33 @@ def test_data_size_weights_in_round(denominator):
                              rtol=1e-6)
 
 
+@pytest.mark.parametrize("denominator", ["expected", "actual"])
+def test_custom_weights_in_round(denominator):
+  x, y, counts = _id_population()
+  w = aggregation.custom_weights(np.linspace(0.0, 1.0, N), N)
+  opt = optax.sgd(1.0)
+  config = RoundConfig(weighting="custom", denominator=denominator,
+                       population_weight=float(w.sum()))
+  round_fn = jax.jit(make_round(_id_client, FixedSizeSampler.create(N, N), opt, config))
+  state = server.init_server_state({"w": jnp.zeros((N,))}, opt)
+  data = PopulationData(jnp.asarray(x), y, counts, jnp.asarray(w, jnp.float32))
+  new, _ = round_fn(state, data, RoundHParams(1e9, 0.0, 1.0), jax.random.key(0))
+  np.testing.assert_allclose(np.asarray(new.params["w"]),
+                             w * (np.arange(N) + 1.0) / w.sum(), rtol=1e-5)
+  with pytest.raises(ValueError, match="weights"):
+    round_fn(state, PopulationData(jnp.asarray(x), y, counts),
+             RoundHParams(1e9, 0.0, 1.0), jax.random.key(0))
+
+
 def test_round_config_validation():
   for kw, name in ((dict(noise="laplace"), "noise"), (dict(weighting="median"), "weighting"),
-                   (dict(denominator="mean"), "denominator")):
+                   (dict(denominator="mean"), "denominator"),
+                   (dict(denominator="expected"), "population_weight"),
+                   (dict(population_weight=0.0), "population_weight"),
+                   (dict(population_weight=float("nan")), "population_weight")):
     with pytest.raises(FedJaxDpError, match=name):
       RoundConfig(**kw)
+  assert RoundConfig(denominator="actual").population_weight is None
 
 
 # --- Real model: padding and seeds ----------------------------------------------------
