@@ -64,7 +64,7 @@ class RunConfig:
   clip_norm: float = 0.5
   record_sampling_rate: Optional[float] = None
   accountant: str = "rdp"
-  eval_every: int = 10
+  eval_every: int = 5
   seed: int = 0
   out: Optional[str] = "runs/latest"
 
