@@ -137,11 +137,14 @@ def _cmd_run(args) -> int:
         f"compilation{steady_txt})")
   print(f"  final test accuracy {s['final_test_accuracy']:.4f} (majority-class baseline "
         f"{s['majority_class_accuracy']:.4f}), test loss {s['final_test_loss']:.4f}")
-  print(f"  privacy: ({eps_txt}, {s['delta']:g})-DP, {s['privacy_unit']}, neighbouring "
-        f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
-        f"(RDP {s['epsilon_rdp']:.3f}, PLD {s['epsilon_pld']:.3f}); noise multiplier "
-        f"{s['noise_multiplier']:.4g}, clip norm {s['clip_norm']}, sampling rate "
-        f"{s['sampling_rate']:.4g}")
+  if s["neighboring_relation"] is None:
+    print("  privacy: none (non-private baseline: no clipping, no noise; epsilon = inf)")
+  else:
+    print(f"  privacy: ({eps_txt}, {s['delta']:g})-DP, {s['privacy_unit']}, neighbouring "
+          f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
+          f"(RDP {s['epsilon_rdp']:.3f}, PLD {s['epsilon_pld']:.3f}); noise multiplier "
+          f"{s['noise_multiplier']:.4g}, clip norm {s['clip_norm']}, sampling rate "
+          f"{s['sampling_rate']:.4g}")
   if s.get("privacy_note"):
     print(f"  note: {s['privacy_note']}")
   if cfg.out:

@@ -82,6 +82,12 @@ def test_target_epsilon_is_met_and_nearly_spent(tmp_path):
   assert res.summary["noise_multiplier"] > 0
 
 
+def test_fedavg_cli_says_non_private(tmp_path, capsys):
+  assert cli.main(["run", *SYNTH, "--algorithm", "fedavg", "--rounds", "2",
+                   "--out", str(tmp_path / "fa")]) == 0
+  assert "privacy: none (non-private" in capsys.readouterr().out
+
+
 def test_fedavg_baseline_reports_no_privacy(tmp_path):
   res = run(RunConfig(algorithm="fedavg", dataset="synthetic", num_clients=12,
                       model="linear", rounds=3, clients_per_round=4, sampling_rate=None,
