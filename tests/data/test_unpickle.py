@@ -95,5 +95,6 @@ def test_no_plain_pickle_load_in_data_package():
   root = pathlib.Path(unpickle.__file__).resolve().parents[1]
   for path in root.rglob("*.py"):
     text = path.read_text()
-    assert "pickle.load(" not in text and "pickle.loads(" not in text, path
+    for call in ("load(", "loads("):  # spelled in two parts so this file passes too
+      assert "pickle." + call not in text, path
     assert "allow_pickle=True" not in text, path
