@@ -234,11 +234,16 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   state = alg.init(jax.random.fold_in(root, 1 << 20))
   pop = PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts))
   ledger = None
+  # The sampler (and, for fixed-size cohorts, population and cohort sizes) that fix the
+  # DpEvent; with delta and each round's (z, q, dp_steps) in metrics.jsonl they let a
+  # reader recompute epsilon from that file alone.
+  accounting_fields: Dict[str, Any] = {}
   if alg.privacy is not None:
-    kw = dict(alg.privacy.event_kwargs)
+    sampling = {"sampler": alg.privacy.sampler, **_ledger_kwargs(alg.privacy.event_kwargs)}
     ledger = accounting.PrivacyLedger(
         delta=cfg.delta, privacy_unit="record" if alg.privacy.unit == "record-level"
-        else "user", **_ledger_kwargs(kw))
+        else "user", **sampling)
+    accounting_fields = {"delta": cfg.delta, **sampling}
   evaluator = make_evaluator(model)
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
@@ -254,12 +259,6 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     from tqdm.auto import tqdm
     bar = tqdm(total=cfg.rounds, desc=f"{alg.name} on {data.name}", unit="round")
   last = {"test_accuracy": float("nan")}
-
-  # What a reader of metrics.jsonl needs, besides each round's (z, q, dp_steps), to
-  # recompute epsilon from the file alone.
-  accounting_fields = ({"delta": cfg.delta, "sampler": alg.privacy.sampler,
-                        **_ledger_kwargs(alg.privacy.event_kwargs)}
-                       if alg.privacy is not None else {})
 
   def on_round(r):
     rec = dict(r)

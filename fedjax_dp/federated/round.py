@@ -180,8 +180,8 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       weights = aggregation.data_size_weights(counts, mask, config.data_size_cap)
     else:
       if data.weights is None:
-        raise ValueError("RoundConfig(weighting='custom') needs PopulationData.weights "
-                         "[num_clients].")
+        raise FedJaxDpError("RoundConfig(weighting='custom') needs "
+                            "PopulationData.weights [num_clients].")
       weights = jnp.asarray(data.weights, jnp.float32)[ids] * mask.astype(jnp.float32)
 
     z = jnp.asarray(hp.noise_multiplier, jnp.float32)
