@@ -9,6 +9,7 @@ import jax
 
 from fedjax_dp.federated.round import RoundHParams
 from fedjax_dp.federated.server import ServerState
+from fedjax_dp.validation import FedJaxDpError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,3 +50,25 @@ class Algorithm:
   privacy: Optional[PrivacySpec]
   k_max: int
   config: Dict[str, Any]
+
+
+def require_learning_rates(round_fn: Callable) -> Callable:
+  """Wraps an algorithm's ``round_fn``: its optimisers were built with learning rate 1,
+  so ``hp.client.learning_rate`` and ``hp.server_learning_rate`` must be given.
+
+  Raises (at trace time):
+    FedJaxDpError: a learning rate left as None (e.g. hyper-parameters built from
+      scratch instead of from ``alg.hparams._replace(...)``).
+  """
+
+  def checked(state, data, hp, root_key):
+    for name, value in (("hp.client.learning_rate", hp.client.learning_rate),
+                        ("hp.server_learning_rate", hp.server_learning_rate)):
+      if value is None:
+        raise FedJaxDpError(
+            f"{name} is None, but this algorithm reads its learning rates from the "
+            "hyper-parameters (its optimisers have learning rate 1): start from "
+            "alg.hparams and change fields with ._replace(...).")
+    return round_fn(state, data, hp, root_key)
+
+  return checked

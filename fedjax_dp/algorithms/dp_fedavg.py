@@ -29,7 +29,7 @@ import jax
 import numpy as np
 import optax
 
-from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
 from fedjax_dp.federated import aggregation, server
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
@@ -39,13 +39,22 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
 
 
 def _client_optimizer(name: str, lr: float) -> optax.GradientTransformation:
+  """The named client optimiser with learning rate 1: the rate ``lr`` (validated here)
+  enters as ``ClientHParams.learning_rate``, an array, so sweeping it never recompiles."""
   check_choice("client_optimizer", name, ("sgd", "momentum", "adam"))
-  lr = check_positive("client_learning_rate", lr)
+  check_positive("client_learning_rate", lr)
   if name == "sgd":
-    return optax.sgd(lr)
+    return optax.sgd(1.0)
   if name == "momentum":
-    return optax.sgd(lr, momentum=0.9)
-  return optax.adam(lr)
+    return optax.sgd(1.0, momentum=0.9)
+  return optax.adam(1.0)
+
+
+def _server_optimizer(name: str, lr: float) -> optax.GradientTransformation:
+  """The named server optimiser with learning rate 1 (``lr`` is validated here and
+  enters as ``RoundHParams.server_learning_rate``)."""
+  check_positive("server_learning_rate", lr)
+  return server.server_optimizer(name, 1.0)
 
 
 def _local_work(local_epochs, local_steps):
@@ -85,7 +94,8 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
               client_learning_rate: float = 0.1, server_optimizer: str = "fedavg",
               server_learning_rate: float = 1.0, weighting: str = "uniform",
               data_size_cap: Optional[float] = None, k_max: Optional[int] = None,
-              fedsgd: bool = False) -> Algorithm:
+              fedsgd: bool = False, chunk_size: Optional[int] = None,
+              mesh=None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -104,6 +114,10 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       ``data_size_cap`` required).
     k_max: override the padded cohort size (default: overflow probability < 1e-9).
     fedsgd: DP-FedSGD: one full-batch gradient step per client.
+    chunk_size: clients trained at once per device (None: automatic; see
+      `fedjax_dp.federated.round.RoundConfig`).
+    mesh: a `jax.sharding.Mesh` with a ``"clients"`` axis to shard the cohort over
+      devices (`fedjax_dp.federated.sharding.client_mesh`), or None.
 
   Returns:
     An `Algorithm`.
@@ -130,16 +144,19 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       clip_updates=True, noise="central", weighting=weighting, denominator="expected",
       data_size_cap=data_size_cap,
       population_weight=aggregation.population_weight_total(data.counts, weighting,
-                                                            data_size_cap))
-  server_opt = server.server_optimizer(server_optimizer, server_learning_rate)
-  round_fn = make_round(client, samp, server_opt, config)
+                                                            data_size_cap),
+      chunk_size=chunk_size)
+  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
+  round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
   neighbour = ("add/remove one client's entire data" if samp.kind == "poisson"
                else "replace one client's entire data")
   return Algorithm(
       name=name, round_fn=round_fn,
       init=lambda key: server.init_server_state(model.init(key), server_opt),
-      hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate),
+      hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
+                           ClientHParams(learning_rate=client_learning_rate),
+                           server_learning_rate),
       privacy=PrivacySpec("user-level", neighbour, samp.kind, samp.dp_event_kwargs()),
       k_max=samp.k_max,
       config=dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier,
@@ -170,7 +187,8 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
                            server_optimizer: str = "fedavg",
                            server_learning_rate: float = 1.0,
                            weighting: str = "data_size",
-                           k_max: Optional[int] = None) -> Algorithm:
+                           k_max: Optional[int] = None, chunk_size: Optional[int] = None,
+                           mesh=None) -> Algorithm:
   """Record-level DP: local DP-SGD in every client, uploads averaged (see module doc).
 
   Args:
@@ -201,13 +219,17 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
       model, _client_optimizer(client_optimizer, client_learning_rate),
       batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg)
   config = RoundConfig(clip_updates=False, noise="none", weighting=weighting,
-                       denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps)
-  server_opt = server.server_optimizer(server_optimizer, server_learning_rate)
+                       denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps,
+                       chunk_size=chunk_size)
+  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
   return Algorithm(
-      name="dp_fedavg_record_level", round_fn=make_round(client, samp, server_opt, config),
+      name="dp_fedavg_record_level",
+      round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),
       init=lambda key: server.init_server_state(model.init(key), server_opt),
       hparams=RoundHParams(np.inf, 0.0, samp.sampling_rate,
-                           ClientHParams(record_clip_norm, record_noise_multiplier, q_r)),
+                           ClientHParams(record_clip_norm, record_noise_multiplier, q_r,
+                                         client_learning_rate),
+                           server_learning_rate),
       privacy=PrivacySpec(
           "record-level", "add/remove one example of one client", "poisson", {},
           note=("each round composes the local DP-SGD steps of Poisson-sampled examples; "

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from typing import Optional
 
-from fedjax_dp.algorithms.base import Algorithm
-from fedjax_dp.algorithms.dp_fedavg import _client_optimizer, _local_work, _sampler
+from fedjax_dp.algorithms.base import Algorithm, require_learning_rates
+from fedjax_dp.algorithms.dp_fedavg import (_client_optimizer, _local_work, _sampler,
+                                            _server_optimizer)
 from fedjax_dp.federated import server
-from fedjax_dp.federated.client import make_client_update
+from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
 from fedjax_dp.validation import check_choice
 
@@ -26,7 +27,8 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
            batch_size: int = 32, client_optimizer: str = "sgd",
            client_learning_rate: float = 0.1, server_optimizer: str = "fedavg",
            server_learning_rate: float = 1.0, weighting: str = "data_size",
-           k_max: Optional[int] = None) -> Algorithm:
+           k_max: Optional[int] = None, chunk_size: Optional[int] = None,
+           mesh=None) -> Algorithm:
   """Non-private FedAvg; arguments as in `fedjax_dp.algorithms.dp_fedavg.dp_fedavg`.
 
   ``weighting="data_size"`` weighs by raw n_k (the original FedAvg); ``"uniform"``
@@ -40,12 +42,15 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
       batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
       local_steps=local_steps)
   config = RoundConfig(clip_updates=False, noise="none", weighting=weighting,
-                       denominator="actual")
-  server_opt = server.server_optimizer(server_optimizer, server_learning_rate)
+                       denominator="actual", chunk_size=chunk_size)
+  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
   return Algorithm(
-      name="fedavg", round_fn=make_round(client, samp, server_opt, config),
+      name="fedavg",
+      round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),
       init=lambda key: server.init_server_state(model.init(key), server_opt),
-      hparams=RoundHParams(float("inf"), 0.0, samp.sampling_rate), privacy=None,
+      hparams=RoundHParams(float("inf"), 0.0, samp.sampling_rate,
+                           ClientHParams(learning_rate=client_learning_rate),
+                           server_learning_rate), privacy=None,
       k_max=samp.k_max,
       config=dict(sampling_rate=samp.sampling_rate, sampler=samp.kind, k_max=samp.k_max,
                   expected_cohort_size=samp.expected_cohort_size,

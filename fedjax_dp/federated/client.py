@@ -72,10 +72,16 @@ class ClientHParams(NamedTuple):
     record_clip_norm: float32 C_r for local DP-SGD (ignored without DP-SGD).
     record_noise_multiplier: float32 z_r for local DP-SGD.
     record_sampling_rate: float32 q_r for local DP-SGD.
+    learning_rate: float32 eta_c multiplying every local optimiser step, or None (no
+      scaling: the optimiser's own rate). Build the client optimiser with learning
+      rate 1 and set this (as the algorithms do) so that a learning-rate sweep never
+      recompiles; for optax's sgd (with or without momentum) and adam this gives
+      exactly the iterates of ``opt(eta_c)``.
   """
   record_clip_norm: Any = 1.0
   record_noise_multiplier: Any = 0.0
   record_sampling_rate: Any = 1.0
+  learning_rate: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +108,11 @@ class DpSgdConfig:
              else check_int("local_epochs", local_epochs, minimum=1) * math.ceil(1.0 / q))
     b = int(stats.binom.isf(overflow_prob, max_examples, q)) + 1
     return cls(num_steps=steps, max_batch_size=max(1, min(max_examples, b)))
+
+
+def _learning_rate(hparams: ClientHParams) -> jax.Array:
+  lr = 1.0 if hparams.learning_rate is None else hparams.learning_rate
+  return jnp.asarray(lr, jnp.float32)
 
 
 def _tree_where(c, a, b):
@@ -155,8 +166,9 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     total = jnp.sum(per_ex * mask)
     return total / jnp.maximum(jnp.sum(mask), 1.0), total
 
-  def sgd_step(params, opt_state, grads, active):
+  def sgd_step(params, opt_state, grads, active, lr):
     updates, new_opt = optimizer.update(grads, opt_state, params)
+    updates = jax.tree_util.tree_map(lambda u: (u * lr).astype(u.dtype), updates)
     new_params = optax.apply_updates(params, updates)
     return _tree_where(active, new_params, params), _tree_where(active, new_opt, opt_state)
 
@@ -171,7 +183,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     return out, metrics
 
   def non_private_update(params0, x, y, count, key, hparams):
-    del hparams
+    lr = _learning_rate(hparams)
     valid = jnp.arange(max_n) < count
     if local_steps is not None:
       num_steps = local_steps
@@ -199,7 +211,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       (_, total), grads = jax.value_and_grad(batch_loss, has_aux=True)(
           params, x[idx], y[idx], mask)
       grads, finite = clipping.zero_if_nonfinite(grads)
-      params, opt_state = sgd_step(params, opt_state, grads, active)
+      params, opt_state = sgd_step(params, opt_state, grads, active, lr)
       act = active.astype(jnp.float32)
       return (params, opt_state, loss_sum + act * total, seen + act * jnp.sum(mask),
               taken + active, nonfinite + (active & ~finite)), None
@@ -218,6 +230,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     c = jnp.asarray(hparams.record_clip_norm, jnp.float32)
     z = jnp.asarray(hparams.record_noise_multiplier, jnp.float32)
     denom = jnp.maximum(q * count.astype(jnp.float32), 1e-12)  # expected batch size
+    lr = _learning_rate(hparams)
 
     def example_loss_and_grad(params, xe, ye):
       return jax.value_and_grad(lambda p: model.per_example_loss(
@@ -237,7 +250,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
           lambda l: jnp.tensordot(mask, l, axes=(0, 0)), g)
       g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
-      params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True))
+      params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True), lr)
       return (params_new, opt_state, loss_sum + jnp.sum(per_ex * mask),
               seen + jnp.sum(mask), clipped_n + jnp.sum((norms > c) * mask),
               trunc + jnp.maximum(num - bmax, 0),

@@ -115,6 +115,7 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     data: device `PopulationData`.
     schedule: `RoundHParams` whose leaves have a leading ``[rounds]`` axis
       (see `constant_schedule`); entry ``t`` is used in the ``t``-th round run here.
+      A 0-d leaf is a constant for all rounds.
     root_key: the run's root PRNG key.
     rounds: number of rounds (>= 1).
     block_size: rounds per compiled block (evaluation happens at block ends).
@@ -139,9 +140,10 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
   block_size = check_int("block_size", block_size, minimum=1)
   eval_every = block_size if eval_every is None else check_int("eval_every", eval_every,
                                                                 minimum=1)
-  # A scalar leaf (hyper-parameters not broadcast to a schedule) has no round axis.
-  lengths = {np.shape(l)[0] if np.ndim(l) else 0
-             for l in jax.tree_util.tree_leaves(schedule)}
+  # A scalar leaf is a constant: it is broadcast to every round.
+  schedule = jax.tree_util.tree_map(
+      lambda l: np.full((rounds,), l, np.float32) if np.ndim(l) == 0 else l, schedule)
+  lengths = {np.shape(l)[0] for l in jax.tree_util.tree_leaves(schedule)}
   if any(n < rounds for n in lengths):
     raise FedJaxDpError(
         f"schedule must have at least rounds={rounds} entries per leaf, got {sorted(lengths)}.")

@@ -3,14 +3,21 @@
 ``round_fn(state, data, hp, root_key) -> (state, RoundMetrics)`` runs
 
 1. sample a cohort (Poisson padded to ``k_max`` with a mask, or fixed size);
-2. gather the cohort's padded data on the device (static shapes);
-3. ``client_update`` vmapped over the cohort, keys folded by round and population id;
-4. user-level clipping of each client's update to ``clip_norm`` (pre-clip norms kept;
-   non-finite updates zeroed and counted);
-5. noise: central (once on the weighted sum) or local (per client) Gaussian;
-6. aggregation: weighted sum divided by a fixed public denominator ``q W`` (DP-FedAvg)
-   or by the actual weight sum (non-private FedAvg);
-7. the server optimiser (optax) applied to the aggregated delta.
+2. split the cohort slots over the devices of a mesh (optional) and, on each device,
+   ``lax.scan`` over chunks of ``chunk_size`` clients; for each chunk:
+   a. gather the chunk's padded data (static shapes);
+   b. ``client_update`` vmapped over the chunk, keys folded by round and population id;
+   c. user-level clipping of each client's update to ``clip_norm`` (pre-clip norms
+      kept; non-finite updates zeroed and counted);
+   d. local noise (per client) if asked;
+   e. add the weighted updates to the running sum;
+   so memory is O(chunk_size x P), whatever the cohort size K;
+3. one ``psum`` of the per-device sums over the mesh's ``"clients"`` axis;
+4. central noise, once on the weighted sum;
+5. division by a fixed public denominator ``q W`` (DP-FedAvg) or by the actual weight
+   sum (non-private FedAvg);
+6. the server optimiser (optax) applied to the aggregated delta, scaled by the
+   server learning rate.
 
 Everything the privacy ledger needs (noise multiplier, sampling rate, number of DP
 steps) is an *output* of the round, so accounting reads what the code actually did.
@@ -20,36 +27,26 @@ Privacy parameters enter as arrays in `RoundHParams`: sweeping them never recomp
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp.federated import aggregation, keys as keylib, server
+from fedjax_dp.federated import aggregation, chunking, keys as keylib, server, sharding
 from fedjax_dp.federated.client import ClientHParams
+from fedjax_dp.federated.population import PooledPopulation, PopulationData, gather_clients
 from fedjax_dp.privacy import clipping, noise
-from fedjax_dp.validation import FedJaxDpError, check_choice, check_positive
+from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
 PyTree = Any
 
 NOISE_MODES = ("none", "central", "local")
 WEIGHTINGS = ("uniform", "data_size", "custom")
 DENOMINATORS = ("expected", "actual")
-
-
-class PopulationData(NamedTuple):
-  """Device-resident population: ``x [N, max_n, ...]``, ``y [N, max_n]``, ``counts [N]``.
-
-  ``weights`` (float32 ``[N]``, optional) are per-population-client aggregation
-  weights, read only with ``RoundConfig(weighting="custom")``; under DP they must lie
-  in [0, 1] so that one client moves the weighted sum by at most the clip norm
-  (validate them with `fedjax_dp.federated.aggregation.custom_weights`).
-  """
-  x: jax.Array
-  y: jax.Array
-  counts: jax.Array
-  weights: Optional[jax.Array] = None
 
 
 class RoundHParams(NamedTuple):
@@ -60,12 +57,18 @@ class RoundHParams(NamedTuple):
     noise_multiplier: float32 z; the noise standard deviation is ``z * C`` (central:
       on the weighted sum; local: per client).
     sampling_rate: float32 Poisson rate q (fixed-size sampling reports m / N).
-    client: `ClientHParams` for local training (record-level DP-SGD values).
+    client: `ClientHParams` for local training (learning rate, record-level DP-SGD).
+    server_learning_rate: float32 eta_s multiplying the server optimiser's step, or
+      None (the optimiser's own rate); see `fedjax_dp.federated.server.server_update`.
+
+  The algorithms in `fedjax_dp.algorithms` build their optimisers with learning rate 1
+  and read both rates from here: start from ``alg.hparams`` and ``_replace`` fields.
   """
   clip_norm: Any
   noise_multiplier: Any
   sampling_rate: Any
   client: ClientHParams = ClientHParams()
+  server_learning_rate: Any = None
 
 
 class RoundMetrics(NamedTuple):
@@ -112,6 +115,11 @@ class RoundConfig:
       with ``denominator="expected"``, whose fixed denominator is ``q W``.
     record_level: local DP-SGD is on; the ledger then composes the local steps.
     dp_steps: DP releases per round composed by the ledger (1 for user level).
+    chunk_size: clients trained at once per device; the cohort is scanned in chunks
+      with running sums, so memory is O(chunk_size x P) instead of O(K x P). ``None``
+      picks it from the parameter count, the data size and free memory
+      (`fedjax_dp.federated.chunking.auto_chunk_size`). Results do not depend on it
+      beyond float summation order.
   """
   clip_updates: bool = True
   noise: str = "central"
@@ -121,8 +129,11 @@ class RoundConfig:
   population_weight: Optional[float] = None
   record_level: bool = False
   dp_steps: int = 1
+  chunk_size: Optional[int] = None
 
   def __post_init__(self):
+    if self.chunk_size is not None:
+      check_int("chunk_size", self.chunk_size, minimum=1)
     check_choice("noise", self.noise, NOISE_MODES)
     check_choice("weighting", self.weighting, WEIGHTINGS)
     check_choice("denominator", self.denominator, DENOMINATORS)
@@ -135,43 +146,102 @@ class RoundConfig:
       check_positive("population_weight", self.population_weight)
 
 
+class _Partial(NamedTuple):
+  """Per-device partial sums over its cohort slots (combined with one psum)."""
+  total: Any            # sum_k w_k * (clipped [+ local noise]) update_k
+  loss: jax.Array       # sum_k mask_k * loss_k
+  clipped: jax.Array    # participants whose update norm exceeded C
+  norm_sum: jax.Array   # sum of pre-clip norms over participants
+  nonfinite: jax.Array  # participants whose update was NaN/Inf (zeroed)
+  weight_sum: jax.Array
+  example_clip: jax.Array
+  batch_truncated: jax.Array
+
+
+def _client_data_bytes(data) -> int:
+  """Bytes of one client's padded features and labels."""
+  if isinstance(data, PooledPopulation):
+    feat = int(jnp.dtype(data.pool_x.dtype).itemsize) * int(
+        math.prod(data.pool_x.shape[1:]))
+    return data.max_examples * (feat + 4)
+  feat = int(jnp.dtype(data.x.dtype).itemsize) * int(math.prod(data.x.shape[2:]))
+  return int(data.x.shape[1]) * (feat + 4)
+
+
 def make_round(client_update: Callable, sampler, server_optimizer: optax.GradientTransformation,
-               config: RoundConfig) -> Callable:
+               config: RoundConfig, *, mesh: Optional[jax.sharding.Mesh] = None) -> Callable:
   """Builds ``round_fn(state, data, hp, root_key) -> (ServerState, RoundMetrics)``.
 
   Args:
     client_update: from `fedjax_dp.federated.client.make_client_update`.
     sampler: a `PoissonSampler` or `FixedSizeSampler`.
     server_optimizer: optax transform (see `fedjax_dp.federated.server`).
-    config: `RoundConfig`.
+    config: `RoundConfig` (its ``chunk_size`` bounds the clients trained at once).
+    mesh: a `jax.sharding.Mesh` with a ``"clients"`` axis
+      (`fedjax_dp.federated.sharding.client_mesh`) to split the cohort over its
+      devices, or None for one device. ``data`` is replicated on every device.
 
   Returns:
     A pure function; jit it directly or run many rounds with `fedjax_dp.federated.driver`.
+    ``data`` may be a `PopulationData` or a `PooledPopulation`.
+
+  Raises:
+    FedJaxDpError: a mesh without a ``"clients"`` axis.
   """
   vmapped_client = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))
+  num_shards = sharding.mesh_size(mesh)
 
-  def round_fn(state: server.ServerState, data: PopulationData, hp: RoundHParams,
-               root_key: jax.Array):
+  def device_partial(params, data, hp, rkey, ids, mask, counts, weights, z_clients,
+                     chunk_size):
+    """Trains, clips, noises (local) and sums this device's slots chunk by chunk."""
+    clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
+    per_chunk = lambda a: a.reshape((-1, chunk_size) + a.shape[1:])
+
+    def one_chunk(acc, xs):
+      cid, cmask, ccounts, cw, cz = xs
+      x, y, _ = gather_clients(data, cid)
+      # Local training, one independent key per population client id.
+      train_keys = keylib.client_keys(keylib.stream(rkey, keylib.TRAINING), cid)
+      updates, cm = vmapped_client(params, x, y, jnp.maximum(ccounts, 1), train_keys,
+                                   hp.client)
+      # User-level clipping (McMahan et al. 2018, Alg. 1, ClipFn); non-finite -> zeros.
+      if config.clip_updates:
+        updates, norms, finite = clipping.clip_per_client(updates, clip_norm)
+      else:
+        finite = jax.vmap(clipping.is_finite)(updates)
+        updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
+            lambda l: jnp.where(f, l, jnp.zeros_like(l)), u))(updates, finite)
+        norms = jax.vmap(clipping.global_norm)(updates)
+      if config.noise == "local":
+        nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
+        updates = noise.add_local_noise(nkeys, updates, cz * clip_norm)
+      summed = aggregation.weighted_sum(updates, cw)
+      m = cmask.astype(jnp.float32)
+      part = _Partial(
+          total=jax.tree_util.tree_map(jnp.add, acc.total, summed),
+          loss=acc.loss + jnp.sum(cm.loss * m),
+          clipped=acc.clipped + jnp.sum((norms > clip_norm) * m),
+          norm_sum=acc.norm_sum + jnp.sum(norms * m),
+          nonfinite=acc.nonfinite + jnp.sum((~finite) & cmask).astype(jnp.int32),
+          weight_sum=acc.weight_sum + jnp.sum(cw),
+          example_clip=acc.example_clip + jnp.sum(cm.example_clip_fraction * m),
+          batch_truncated=acc.batch_truncated + jnp.sum(cm.batch_truncated * cmask))
+      return part, jnp.where(cmask, norms, 0.0)
+
+    zero = jnp.zeros((), jnp.float32)
+    izero = jnp.zeros((), jnp.int32)
+    init = _Partial(jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, jnp.float32), params),
+                    zero, zero, zero, izero, zero, zero, izero)
+    part, norms = jax.lax.scan(
+        one_chunk, init, tuple(per_chunk(a) for a in (ids, mask, counts, weights, z_clients)))
+    return part, jnp.max(norms)
+
+  def round_fn(state: server.ServerState, data, hp: RoundHParams, root_key: jax.Array):
     rkey = keylib.round_key(root_key, state.round)
     q = jnp.asarray(hp.sampling_rate, jnp.float32)
     cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q)
     ids, mask = cohort.indices, cohort.mask
     counts = jnp.where(mask, data.counts[ids], 0)
-
-    # Local training, one independent key per population client id.
-    train_keys = keylib.client_keys(keylib.stream(rkey, keylib.TRAINING), ids)
-    updates, cm = vmapped_client(state.params, data.x[ids], data.y[ids],
-                                 jnp.maximum(counts, 1), train_keys, hp.client)
-
-    # User-level clipping (McMahan et al. 2018, Alg. 1, ClipFn); non-finite -> zeros.
-    clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
-    if config.clip_updates:
-      updates, norms, finite = clipping.clip_per_client(updates, clip_norm)
-    else:
-      finite = jax.vmap(clipping.is_finite)(updates)
-      updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
-          lambda l: jnp.where(f, l, jnp.zeros_like(l)), u))(updates, finite)
-      norms = jax.vmap(clipping.global_norm)(updates)
 
     # Weights (bounded in [0, 1] for DP) and padding mask: padded slots weigh 0.
     if config.weighting == "uniform":
@@ -184,6 +254,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
                             "PopulationData.weights [num_clients].")
       weights = jnp.asarray(data.weights, jnp.float32)[ids] * mask.astype(jnp.float32)
 
+    clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
     z = jnp.asarray(hp.noise_multiplier, jnp.float32)
     if z.ndim == 1:  # per-population-client noise multipliers (local noise)
       z_clients = z[ids]
@@ -193,34 +264,61 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       z_report = z
     std = z_report * clip_norm if config.noise != "none" else jnp.zeros(())
 
-    if config.noise == "local":
-      nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), ids)
-      updates = noise.add_local_noise(nkeys, updates, z_clients * clip_norm)
-    total = aggregation.weighted_sum(updates, weights)
+    # Chunk layout (static): pad the cohort to shards x chunks x chunk_size slots.
+    k = ids.shape[0]
+    chunk_size = config.chunk_size or chunking.auto_chunk_size(
+        -(-k // num_shards), sum(l.size for l in jax.tree_util.tree_leaves(state.params)),
+        _client_data_bytes(data))
+    layout = chunking.chunk_layout(k, chunk_size, num_shards)
+    pad = layout.padded_size - k
+    slots = [jnp.pad(a, (0, pad)) for a in (ids, mask, counts, weights, z_clients)]
+
+    partial = functools.partial(device_partial, chunk_size=layout.chunk_size)
+    if mesh is None:
+      part, max_norm = partial(state.params, data, hp, rkey, *slots)
+    else:
+      P = jax.sharding.PartitionSpec
+
+      def sharded(params, data, hp, rkey, *slots):
+        part, max_norm = partial(params, data, hp, rkey, *slots)
+        # The round's one cross-device reduction: the update sum and the metric sums
+        # travel as one flat float32 vector (plus a scalar max for the metrics).
+        flat, unravel = jax.flatten_util.ravel_pytree(part)
+        return (unravel(jax.lax.psum(flat, sharding.CLIENTS_AXIS)),
+                jax.lax.pmax(max_norm, sharding.CLIENTS_AXIS))
+
+      # check_vma=False: the replicated global model becomes per-device inside the
+      # client's own lax.scan, which the varying-axes type check would reject.
+      part, max_norm = jax.shard_map(
+          sharded, mesh=mesh,
+          in_specs=(P(), P(), P(), P()) + (P(sharding.CLIENTS_AXIS),) * 5,
+          out_specs=(P(), P()), check_vma=False)(state.params, data, hp, rkey, *slots)
+
+    total = part.total
     if config.noise == "central":
       total = noise.add_gaussian_noise(keylib.stream(rkey, keylib.NOISE), total, std)
-
     if config.denominator == "expected":
       denom = q * config.population_weight
     else:
-      denom = jnp.maximum(jnp.sum(weights), 1e-12)
-    delta = jax.tree_util.tree_map(lambda l: l / denom, total)
-    new_state = server.server_update(state, delta, server_optimizer)
+      denom = jnp.maximum(part.weight_sum, 1e-12)
+    delta = jax.tree_util.tree_map(lambda t, p: (t / denom).astype(p.dtype), total,
+                                   state.params)
+    new_state = server.server_update(
+        state, delta, server_optimizer,
+        1.0 if hp.server_learning_rate is None else hp.server_learning_rate)
 
-    maskf = mask.astype(jnp.float32)
-    n_part = jnp.sum(maskf)
+    n_part = jnp.sum(mask.astype(jnp.float32))
     safe = jnp.maximum(n_part, 1.0)
     metrics = RoundMetrics(
         round=state.round,
-        train_loss=jnp.sum(cm.loss * maskf) / safe,
+        train_loss=part.loss / safe,
         num_clients=n_part.astype(jnp.int32),
         num_sampled=cohort.num_sampled,
         num_truncated=cohort.num_truncated,
-        clip_fraction=(jnp.sum((norms > clip_norm) * maskf) / safe
-                       if config.clip_updates else jnp.zeros(())),
-        mean_update_norm=jnp.sum(norms * maskf) / safe,
-        max_update_norm=jnp.max(jnp.where(mask, norms, 0.0)),
-        nonfinite_updates=jnp.sum((~finite) & mask).astype(jnp.int32),
+        clip_fraction=part.clipped / safe if config.clip_updates else jnp.zeros(()),
+        mean_update_norm=part.norm_sum / safe,
+        max_update_norm=max_norm,
+        nonfinite_updates=part.nonfinite,
         noise_multiplier=(jnp.asarray(hp.client.record_noise_multiplier, jnp.float32)
                           if config.record_level else
                           (z_report if config.noise != "none" else jnp.zeros(()))),
@@ -230,8 +328,8 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
         sampling_rate=(jnp.asarray(hp.client.record_sampling_rate, jnp.float32)
                        if config.record_level else q),
         dp_steps=jnp.asarray(config.dp_steps, jnp.int32),
-        example_clip_fraction=jnp.sum(cm.example_clip_fraction * maskf) / safe,
-        batch_truncated=jnp.sum(cm.batch_truncated * mask).astype(jnp.int32),
+        example_clip_fraction=part.example_clip / safe,
+        batch_truncated=part.batch_truncated,
         aggregate_norm=clipping.global_norm(delta),
     )
     return new_state, metrics

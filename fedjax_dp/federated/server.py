@@ -55,8 +55,22 @@ def init_server_state(params: PyTree, optimizer: optax.GradientTransformation) -
 
 
 def server_update(state: ServerState, delta: PyTree,
-                  optimizer: optax.GradientTransformation) -> ServerState:
-  """Applies the aggregated delta through ``optimizer`` with pseudo-gradient ``-delta``."""
+                  optimizer: optax.GradientTransformation,
+                  learning_rate: Any = 1.0) -> ServerState:
+  """Applies the aggregated delta through ``optimizer`` with pseudo-gradient ``-delta``.
+
+  Args:
+    state: the current `ServerState`.
+    delta: aggregated client delta, same structure as ``state.params``.
+    optimizer: optax transform.
+    learning_rate: float32 scalar (may be traced) multiplying the optimiser's step.
+      For optax's sgd (with or without momentum), adam and yogi, ``opt(lr)`` equals
+      ``opt(1.0)`` followed by a ``lr`` scaling, so building the optimiser with
+      learning rate 1 and passing ``learning_rate`` here gives the same iterates while
+      a learning-rate sweep never recompiles.
+  """
   pseudo_grad = jax.tree_util.tree_map(jnp.negative, delta)
   updates, opt_state = optimizer.update(pseudo_grad, state.opt_state, state.params)
+  lr = jnp.asarray(learning_rate, jnp.float32)
+  updates = jax.tree_util.tree_map(lambda u: (u * lr).astype(u.dtype), updates)
   return ServerState(optax.apply_updates(state.params, updates), opt_state, state.round + 1)

@@ -89,7 +89,9 @@ def test_dp_fedsgd_is_full_batch_gradient_descent(env, fedsgd_alg):
   fd, model, data, _ = env
   lr = 0.5
   state = fedsgd_alg.init(jax.random.key(0))
-  hp = RoundHParams(jnp.float32(1e6), jnp.float32(0.0), jnp.float32(1.0))
+  hp = fedsgd_alg.hparams._replace(clip_norm=jnp.float32(1e6),
+                                   noise_multiplier=jnp.float32(0.0),
+                                   sampling_rate=jnp.float32(1.0))
   new, m = jax.jit(fedsgd_alg.round_fn)(state, data, hp, jax.random.key(0))
   assert int(m.num_clients) == fd.num_clients
 
@@ -111,7 +113,8 @@ def test_dp_fedsgd_noise_std_end_to_end(env, fedsgd_alg):
   is pure noise of std z C / (q N); checked through ||delta||^2 over many rounds."""
   fd, _, data, _ = env
   z, c, q, rounds = 1e4, 1e-6, 0.5, 30
-  sched = constant_schedule(RoundHParams(c, z, q), rounds)
+  sched = constant_schedule(
+      fedsgd_alg.hparams._replace(clip_norm=c, noise_multiplier=z, sampling_rate=q), rounds)
   block_fn = make_block_fn(fedsgd_alg.round_fn)
   _, recs = run_rounds(fedsgd_alg.round_fn, fedsgd_alg.init(jax.random.key(0)), data, sched,
                        jax.random.key(2), rounds=rounds, block_size=rounds, block_fn=block_fn)

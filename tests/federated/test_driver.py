@@ -2,6 +2,7 @@
 
 import warnings
 
+import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -100,17 +101,25 @@ def test_schedule_values_change_without_recompiling(setup):
   run_rounds(alg.round_fn, init, data, base, jax.random.key(0), rounds=2, block_size=2,
              block_fn=block_fn)  # make sure the length-2 block is compiled
   cache0, traces0 = block_fn._cache_size(), len(traces)
-  for z, c, q in (([0.0, 3.0], [0.1, 2.0], [0.1, 0.3]), ([1.5, 0.7], [5.0, 0.01], [0.2, 0.05])):
+  finals = []
+  for z, c, q, lr, slr, seed in (([0.0, 3.0], [0.1, 2.0], [0.1, 0.3], 0.1, 1.0, 0),
+                                 ([1.5, 0.7], [5.0, 0.01], [0.2, 0.05], 0.3, 0.5, 7)):
     sched = RoundHParams(np.array(c, np.float32), np.array(z, np.float32),
-                         np.array(q, np.float32), base.client)
-    _, recs = run_rounds(alg.round_fn, init, data, sched, jax.random.key(0), rounds=2,
-                         block_size=2, block_fn=block_fn)
+                         np.array(q, np.float32),
+                         base.client._replace(learning_rate=np.full(2, lr, np.float32)),
+                         np.full(2, slr, np.float32))
+    final, recs = run_rounds(alg.round_fn, init, data, sched, jax.random.key(seed),
+                             rounds=2, block_size=2, block_fn=block_fn)
+    finals.append(final.params)
     # Each round used its own schedule entry.
     np.testing.assert_allclose([r["noise_multiplier"] for r in recs], z, rtol=1e-6)
     np.testing.assert_allclose([r["sampling_rate"] for r in recs], q, rtol=1e-6)
     np.testing.assert_allclose([r["noise_stddev"] for r in recs], np.multiply(z, c), rtol=1e-6)
+  # Sigma, C, q, both learning rates and the seed changed: no new trace, no compile.
   assert block_fn._cache_size() == cache0
   assert len(traces) == traces0
+  assert not np.allclose(jax.tree_util.tree_leaves(finals[0])[0],
+                         jax.tree_util.tree_leaves(finals[1])[0])
 
 
 def test_ledger_receives_each_round():
@@ -139,6 +148,17 @@ def test_ledger_receives_each_round():
   assert [r["epsilon"] for r in recs] == [10.0, 11.0, 20.0]
 
 
+def test_scalar_hparams_are_constant_schedules(setup):
+  alg, data = setup["alg"], setup["data"]
+  init = alg.init(jax.random.key(0))
+  s1, r1 = run_rounds(alg.round_fn, init, data, alg.hparams, jax.random.key(0), rounds=2,
+                      block_fn=setup["block_fn"])
+  s2, r2 = run_rounds(alg.round_fn, init, data, constant_schedule(alg.hparams, 2),
+                      jax.random.key(0), rounds=2, block_fn=setup["block_fn"])
+  chex.assert_trees_all_close(s1.params, s2.params)
+  assert [r["train_loss"] for r in r1] == [r["train_loss"] for r in r2]
+
+
 def test_schedule_errors(setup):
   alg, data = setup["alg"], setup["data"]
   init = alg.init(jax.random.key(0))
@@ -146,7 +166,8 @@ def test_schedule_errors(setup):
   with pytest.raises(FedJaxDpError, match="schedule"):
     run_rounds(alg.round_fn, init, data, short, jax.random.key(0), rounds=4)
   with pytest.raises(FedJaxDpError, match="schedule"):
-    run_rounds(alg.round_fn, init, data, alg.hparams, jax.random.key(0), rounds=2)
+    run_rounds(alg.round_fn, init, data, short._replace(clip_norm=np.ones(1, np.float32)),
+               jax.random.key(0), rounds=2)
   with pytest.raises(FedJaxDpError, match="rounds"):
     run_rounds(alg.round_fn, init, data, short, jax.random.key(0), rounds=0)
   with pytest.raises(FedJaxDpError, match="block_size"):

@@ -1,0 +1,95 @@
+"""fedjax_dp on the shared peer workloads (`benchmarks.workloads`).
+
+Runs user-level DP-FedAvg with `fedjax_dp.algorithms.dp_fedavg` (fixed-size cohorts,
+the same sampler as the peers), on the same synthetic examples, and prints one JSON
+record (`benchmarks.common.throughput_record`). A round is timed until the new global
+parameters are materialised; rounds run one per jitted call here (block size 1) so
+that every round is timed separately, as for the peers.
+
+  python -m benchmarks.throughput --workload mlp [--chunk-size N] [--out f.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as md
+import time
+
+import numpy as np
+
+from benchmarks import common, workloads
+
+
+def build(w, chunk_size=None, mesh=None):
+  """(algorithm, device population) for workload ``w``."""
+  import jax
+  import jax.numpy as jnp
+  from fedjax_dp.algorithms import dp_fedavg
+  from fedjax_dp.data.federated_data import from_client_lists
+  from fedjax_dp.federated import PopulationData
+  from fedjax_dp.models import create_model
+
+  xs, ys = zip(*(workloads.synthetic_client_data(w, k) for k in range(w["num_clients"])))
+  fd = from_client_lists(f"synthetic_{w['name']}", list(xs), list(ys),
+                         num_classes=w["num_classes"])
+  if w["name"] == "mlp":
+    model = create_model("mlp", w["feature_shape"], w["num_classes"], hidden=w["hidden"])
+  else:
+    model = create_model("cnn", w["feature_shape"], w["num_classes"])
+  alg = dp_fedavg(model, fd, clip_norm=w["clip_norm"],
+                  noise_multiplier=w["noise_multiplier"], sampler="fixed_size",
+                  clients_per_round=w["cohort_size"], local_epochs=w["local_epochs"],
+                  batch_size=w["batch_size"], client_learning_rate=w["client_learning_rate"],
+                  server_learning_rate=w["server_learning_rate"], chunk_size=chunk_size,
+                  mesh=mesh)
+  return alg, PopulationData(jnp.asarray(fd.x), jnp.asarray(fd.y), jnp.asarray(fd.counts))
+
+
+def run(w, chunk_size=None, timed_rounds=None, warmup_rounds=None, seed=0):
+  """Times ``timed_rounds`` rounds after ``warmup_rounds``; returns the JSON record."""
+  import jax
+  from fedjax_dp.federated import make_block_fn
+  from fedjax_dp.federated.driver import constant_schedule
+
+  timed = timed_rounds or w["timed_rounds"]
+  warm = w["warmup_rounds"] if warmup_rounds is None else warmup_rounds
+  alg, data = build(w, chunk_size)
+  block = make_block_fn(alg.round_fn)
+  sched = constant_schedule(alg.hparams, 1)
+  key = jax.random.key(seed)
+  state = alg.init(jax.random.key(seed))
+  times, losses = [], []
+  for r in range(warm + timed):
+    t0 = time.perf_counter()
+    state, metrics = block(state, data, sched, key)
+    jax.block_until_ready(state.params)
+    dt = time.perf_counter() - t0
+    if r >= warm:
+      times.append(dt)
+      losses.append(float(metrics.train_loss[0]))
+  versions = {p: md.version(p) for p in ("jax", "jaxlib", "flax", "optax")}
+  versions["fedjax_dp"] = md.version("fedjax_dp")
+  return common.throughput_record(
+      "fedjax_dp", versions, w, times, backend=jax.default_backend(),
+      device=str(jax.devices()[0].device_kind), chunk_size=chunk_size or "auto",
+      first_round_loss=losses[0], last_round_loss=losses[-1],
+      notes="DP-FedAvg (fixed-size cohort, per-client clip, central Gaussian noise on the "
+            "sum, fixed denominator), one jitted call per round")
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--workload", choices=sorted(workloads.WORKLOADS), default="mlp")
+  p.add_argument("--chunk-size", type=int, default=None)
+  p.add_argument("--timed-rounds", type=int, default=None)
+  p.add_argument("--warmup-rounds", type=int, default=None)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--out", default=None)
+  a = p.parse_args(argv)
+  rec = run(workloads.WORKLOADS[a.workload], a.chunk_size, a.timed_rounds, a.warmup_rounds,
+            a.seed)
+  common.emit(rec, a.out)
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,123 @@
+"""Cohort chunking: how many clients are trained at once.
+
+A round processes its (padded) cohort of ``K`` clients in chunks of ``c`` clients,
+``lax.scan``-ning over the chunks with a running sum of the clipped, weighted updates,
+so that the round's working memory is O(c x P) for P parameters, not O(K x P).
+With several devices the cohort is first split evenly across them and each device
+scans over its own chunks.
+
+`auto_chunk_size` picks ``c`` from the parameter count, the size of a client's data
+and the memory available on the device; any explicit ``chunk_size`` overrides it.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import NamedTuple, Optional
+
+import jax
+
+from fedjax_dp.validation import FedJaxDpError, check_int
+
+# Per-client working set in units of the parameter vector: the client's parameters,
+# gradient, optimiser state (up to two moments), delta and clipped delta.
+PARAM_COPIES_PER_CLIENT = 6
+# Per-client data copies: the gathered padded data plus one minibatch view.
+DATA_COPIES_PER_CLIENT = 2
+# On CPUs very large chunks buy no parallelism (XLA:CPU parallelises within each op)
+# and evict the clients' parameters from cache between local steps.
+CPU_MAX_CHUNK = 64
+
+
+class ChunkLayout(NamedTuple):
+  """How a padded cohort of ``k`` slots is laid out.
+
+  Attributes:
+    chunk_size: clients per chunk on one device.
+    chunks_per_shard: chunks scanned on each device.
+    num_shards: devices the cohort axis is split over.
+    padded_size: ``chunk_size * chunks_per_shard * num_shards >= k`` (the extra slots
+      are masked padding: they contribute exactly zero).
+  """
+  chunk_size: int
+  chunks_per_shard: int
+  num_shards: int
+  padded_size: int
+
+
+def available_memory_bytes(device: Optional[jax.Device] = None) -> int:
+  """Bytes free on ``device`` (default: the first local device).
+
+  Accelerators report ``bytes_limit - bytes_in_use`` from ``device.memory_stats()``;
+  CPUs report the host's available physical memory (``/proc/meminfo`` MemAvailable,
+  else ``sysconf``).
+  """
+  device = device or jax.local_devices()[0]
+  if device.platform != "cpu":
+    stats = device.memory_stats() or {}
+    if "bytes_limit" in stats:
+      return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def per_client_bytes(num_params: int, client_data_bytes: int) -> int:
+  """Estimated working memory of one client in a chunk, bytes:
+  ``PARAM_COPIES_PER_CLIENT * 4 * P + DATA_COPIES_PER_CLIENT * client_data_bytes``
+  (activations of one minibatch are not counted: they are small next to these for the
+  models and batch sizes used in FL simulation)."""
+  return PARAM_COPIES_PER_CLIENT * 4 * int(num_params) + DATA_COPIES_PER_CLIENT * int(
+      client_data_bytes)
+
+
+def auto_chunk_size(num_clients: int, num_params: int, client_data_bytes: int, *,
+                    memory_fraction: float = 0.25,
+                    device: Optional[jax.Device] = None) -> int:
+  """Clients per chunk so that a chunk uses at most ``memory_fraction`` of free memory.
+
+  Args:
+    num_clients: clients to process on this device (>= 1).
+    num_params: model parameters P.
+    client_data_bytes: bytes of one client's padded data (features + labels).
+    memory_fraction: share of `available_memory_bytes` a chunk may use, in (0, 1].
+    device: the device (default: the first local device).
+
+  Returns:
+    ``c`` in ``[1, num_clients]`` (and at most `CPU_MAX_CHUNK` on CPUs).
+
+  Raises:
+    FedJaxDpError: invalid arguments.
+  """
+  num_clients = check_int("num_clients", num_clients, minimum=1)
+  if not 0.0 < memory_fraction <= 1.0:
+    raise FedJaxDpError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}.")
+  device = device or jax.local_devices()[0]
+  budget = memory_fraction * available_memory_bytes(device)
+  c = int(budget // max(per_client_bytes(num_params, client_data_bytes), 1))
+  if device.platform == "cpu":
+    c = min(c, CPU_MAX_CHUNK)
+  return max(1, min(num_clients, c))
+
+
+def chunk_layout(k: int, chunk_size: int, num_shards: int = 1) -> ChunkLayout:
+  """Splits ``k`` cohort slots over ``num_shards`` devices in chunks of at most
+  ``chunk_size``, choosing the chunk count first and then the smallest equal chunk,
+  so that padding is below one client per chunk.
+
+  Raises:
+    FedJaxDpError: non-positive sizes.
+  """
+  k = check_int("k", k, minimum=1)
+  chunk_size = check_int("chunk_size", chunk_size, minimum=1)
+  num_shards = check_int("num_shards", num_shards, minimum=1)
+  per_shard = math.ceil(k / num_shards)
+  n = math.ceil(per_shard / chunk_size)
+  c = math.ceil(per_shard / n)
+  return ChunkLayout(c, n, num_shards, c * n * num_shards)

@@ -1,0 +1,53 @@
+"""Sharding the cohort axis over devices (one machine or a multi-host cluster).
+
+The round splits its padded cohort evenly over the ``"clients"`` axis of a
+`jax.sharding.Mesh`; every device trains, clips and sums its own clients (in chunks),
+and one ``psum`` over the axis combines the per-device sums. The server step then runs
+replicated. Keys are folded from *population* client ids, so the same seed gives the
+same run on 1 or many devices (up to float summation order).
+
+Multi-host (GPU/TPU clusters): start the same script on every host, call
+``jax.distributed.initialize()`` first (it reads the coordinator address, process
+count and id from the cluster environment, e.g. SLURM or Cloud TPU, or take them as
+arguments), then build ``client_mesh()`` which then spans ``jax.devices()`` of all hosts.
+See README.md, "Multi-device and multi-host runs".
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import jax
+import numpy as np
+
+from fedjax_dp.validation import FedJaxDpError
+
+CLIENTS_AXIS = "clients"
+
+
+def client_mesh(devices: Optional[Sequence[jax.Device]] = None) -> jax.sharding.Mesh:
+  """A 1-D mesh with axis ``"clients"`` over ``devices`` (default: ``jax.devices()``,
+  all devices of all processes).
+
+  Raises:
+    FedJaxDpError: an empty device list.
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  if not devices:
+    raise FedJaxDpError("devices must hold at least one device.")
+  return jax.sharding.Mesh(np.array(devices), (CLIENTS_AXIS,))
+
+
+def mesh_size(mesh: Optional[jax.sharding.Mesh]) -> int:
+  """Devices on the mesh's ``"clients"`` axis (1 without a mesh).
+
+  Raises:
+    FedJaxDpError: a mesh without a ``"clients"`` axis.
+  """
+  if mesh is None:
+    return 1
+  if CLIENTS_AXIS not in mesh.shape:
+    raise FedJaxDpError(
+        f"mesh must have a {CLIENTS_AXIS!r} axis (see client_mesh), got axes "
+        f"{tuple(mesh.shape)}.")
+  return int(mesh.shape[CLIENTS_AXIS])
