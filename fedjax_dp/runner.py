@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import algorithms as algos
-from fedjax_dp.federated import PopulationData, constant_schedule, make_evaluator, run_rounds
+from fedjax_dp.federated import (PopulationData, constant_schedule, make_device_evaluator,
+                                 run_rounds)
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
@@ -244,10 +245,15 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
         delta=cfg.delta, privacy_unit="record" if alg.privacy.unit == "record-level"
         else "user", **sampling)
     accounting_fields = {"delta": cfg.delta, **sampling}
-  evaluator = make_evaluator(model)
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
-  evaluate = lambda params: evaluator(params, test_x, test_y)
+  # Evaluation runs inside the compiled rounds (no host round trip).
+  device_eval = make_device_evaluator(model, test_x, test_y)
+  eval_jit = jax.jit(device_eval.fn)
+
+  def evaluate(params):
+    loss, acc = eval_jit(params, device_eval.data)
+    return {"loss": float(loss), "accuracy": float(acc)}
 
   out = cfg.out
   metrics_file = None
@@ -277,8 +283,8 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   try:
     state, records = run_rounds(
         alg.round_fn, state, pop, constant_schedule(alg.hparams, cfg.rounds), root,
-        rounds=cfg.rounds, block_size=cfg.eval_every, ledger=ledger, evaluate=evaluate,
-        on_round=on_round)
+        rounds=cfg.rounds, block_size=cfg.eval_every, ledger=ledger,
+        eval_every=cfg.eval_every, device_evaluator=device_eval, on_round=on_round)
   finally:
     if bar is not None:
       bar.close()

@@ -2,8 +2,8 @@
 
 from fedjax_dp.federated.client import (ClientHParams, ClientMetrics, DpSgdConfig,
                                         make_client_update)
-from fedjax_dp.federated.driver import (constant_schedule, make_block_fn, make_evaluator,
-                                        run_rounds)
+from fedjax_dp.federated.driver import (DeviceEvaluator, constant_schedule, make_block_fn,
+                                        make_device_evaluator, make_evaluator, run_rounds)
 from fedjax_dp.federated.chunking import auto_chunk_size, chunk_layout
 from fedjax_dp.federated.population import (PooledPopulation, PopulationData,
                                             gather_clients, make_pooled_population)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -26,16 +26,47 @@ from fedjax_dp.validation import FedJaxDpError, check_int
 PyTree = Any
 
 
-def make_block_fn(round_fn: Callable) -> Callable:
-  """``block(state, data, hp_block, root_key) -> (state, RoundMetrics [L])``, jitted;
-  ``hp_block`` has a leading axis of length L (one entry per round)."""
+class DeviceEvaluator(NamedTuple):
+  """A test set resident on the device and the jittable ``fn(params, data) -> (loss,
+  accuracy)`` that reduces over it (`make_device_evaluator`). Passed to
+  `make_block_fn` / `run_rounds`, it evaluates *inside* the compiled block."""
+  fn: Callable
+  data: Any
 
-  def block(state, data, hp_block, root_key):
-    def body(s, hp):
-      return round_fn(s, data, hp, root_key)
-    return jax.lax.scan(body, state, hp_block)
 
-  return jax.jit(block)
+def make_block_fn(round_fn: Callable, evaluator: Optional[DeviceEvaluator] = None) -> Callable:
+  """``block(state, data, hp_block, root_key[, eval_mask, eval_data])`` jitted, returning
+  ``(state, RoundMetrics [L])`` (or ``(state, (RoundMetrics [L], (loss [L], acc [L])))``
+  with an evaluator).
+
+  ``hp_block`` has a leading axis of length L (one entry per round). With an
+  ``evaluator``, ``eval_mask`` (bool ``[L]``) says after which rounds of the block the
+  model is evaluated on ``eval_data`` inside the scan (``lax.cond``: no host round
+  trip); rounds not evaluated report NaN. The mask is data, so changing when to
+  evaluate never recompiles.
+  """
+
+  if evaluator is None:
+    def block(state, data, hp_block, root_key):
+      def body(s, hp):
+        return round_fn(s, data, hp, root_key)
+      return jax.lax.scan(body, state, hp_block)
+    return jax.jit(block)
+
+  def block_eval(state, data, hp_block, root_key, eval_mask, eval_data):
+    nan = jnp.full((), jnp.nan, jnp.float32)
+
+    def body(s, xs):
+      hp, do_eval = xs
+      s, m = round_fn(s, data, hp, root_key)
+      res = jax.lax.cond(do_eval, lambda p: tuple(
+          jnp.asarray(v, jnp.float32) for v in evaluator.fn(p, eval_data)),
+                         lambda p: (nan, nan), s.params)
+      return s, (m, res)
+
+    return jax.lax.scan(body, state, (hp_block, eval_mask))
+
+  return jax.jit(block_eval)
 
 
 def constant_schedule(hp: RoundHParams, rounds: int) -> RoundHParams:
@@ -86,6 +117,49 @@ def make_evaluator(model, batch_size: int = 1024) -> Callable:
   return evaluate
 
 
+def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
+                          batch_size: int = 1024) -> DeviceEvaluator:
+  """A `DeviceEvaluator` for the test set ``x [n, ...]``, ``y [n]`` (padded on the host to
+  a multiple of ``batch_size`` and moved to the device once).
+
+  Its ``fn(params, data)`` returns the mean cross-entropy (or the model's loss) and the
+  accuracy over the ``n`` real examples, float32 scalars.
+
+  Raises:
+    FedJaxDpError: empty or mismatched test arrays.
+  """
+  x = np.asarray(x)
+  y = np.asarray(y)
+  if len(y) == 0 or len(x) != len(y):
+    raise FedJaxDpError(f"test set must be non-empty with len(x) == len(y), got {len(x)} "
+                        f"and {len(y)}.")
+  batch_size = check_int("batch_size", batch_size, minimum=1)
+  n = len(y)
+  bs = min(batch_size, n)
+  nb = math.ceil(n / bs)
+  pad = nb * bs - n
+  xb = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]).reshape(
+      (nb, bs) + x.shape[1:]).astype(np.float32)
+  yb = np.concatenate([y, np.zeros((pad,), y.dtype)]).astype(np.int32).reshape(nb, bs)
+  mb = (np.arange(nb * bs) < n).astype(np.float32).reshape(nb, bs)
+
+  def fn(params, data):
+    xs, ys, ms = data
+
+    def one(args):
+      xi, yi, mi = args
+      logits = model.apply(params, xi)
+      loss = model.per_example_loss(logits, yi)
+      correct = (jnp.argmax(logits, -1) == yi).astype(jnp.float32)
+      return jnp.sum(loss * mi), jnp.sum(correct * mi)
+
+    losses, corrects = jax.lax.map(one, (xs, ys, ms))
+    total = jnp.maximum(jnp.sum(ms), 1.0)
+    return jnp.sum(losses) / total, jnp.sum(corrects) / total
+
+  return DeviceEvaluator(fn, (jnp.asarray(xb), jnp.asarray(yb), jnp.asarray(mb)))
+
+
 def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
   """Stacked device metrics ``[L]`` -> L plain-Python dicts (one host transfer)."""
   host = jax.device_get(metrics._asdict())
@@ -105,6 +179,7 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
                block_size: int = 10, ledger=None,
                evaluate: Optional[Callable[[PyTree], Dict[str, float]]] = None,
                eval_every: Optional[int] = None,
+               device_evaluator: Optional[DeviceEvaluator] = None,
                on_round: Optional[Callable[[Dict[str, Any]], None]] = None,
                block_fn: Optional[Callable] = None):
   """Runs ``rounds`` rounds in jitted blocks and streams one record per round.
@@ -122,9 +197,13 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     ledger: a `fedjax_dp.privacy.accounting.PrivacyLedger` or None; each round's
       (noise_multiplier, sampling_rate, dp_steps) are recorded and the RDP epsilon
       after the round is put in its record.
-    evaluate: ``evaluate(params) -> {"loss", "accuracy"}`` or None.
-    eval_every: evaluate every this many rounds (rounded up to block ends) and after
-      the last round; defaults to ``block_size``.
+    evaluate: ``evaluate(params) -> {"loss", "accuracy"}`` run on the host at block
+      ends, or None.
+    eval_every: evaluate every this many rounds and after the last round (defaults to
+      ``block_size``). With ``evaluate`` the rounds are rounded up to block ends; with
+      ``device_evaluator`` evaluation happens exactly after those rounds.
+    device_evaluator: a `DeviceEvaluator` (`make_device_evaluator`): evaluation runs
+      inside the compiled block (no host round trip), so blocks may be long.
     on_round: callback receiving each round's record (dict) as blocks finish.
     block_fn: a precompiled `make_block_fn(round_fn)` to reuse across calls.
 
@@ -147,15 +226,27 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
   if any(n < rounds for n in lengths):
     raise FedJaxDpError(
         f"schedule must have at least rounds={rounds} entries per leaf, got {sorted(lengths)}.")
-  block_fn = block_fn or make_block_fn(round_fn)
+  if evaluate is not None and device_evaluator is not None:
+    raise FedJaxDpError("give at most one of evaluate and device_evaluator.")
+  block_fn = block_fn or make_block_fn(round_fn, device_evaluator)
   records: List[Dict[str, Any]] = []
   t0 = time.perf_counter()
   done, next_eval = 0, eval_every
   while done < rounds:
     length = min(block_size, rounds - done)
     hp_block = jax.tree_util.tree_map(lambda a: a[done:done + length], schedule)
-    state, metrics = block_fn(state, data, hp_block, root_key)
-    block = metrics_to_records(metrics)
+    if device_evaluator is not None:
+      t = np.arange(done + 1, done + length + 1)  # rounds completed after each step
+      eval_mask = (t % eval_every == 0) | (t == rounds)
+      state, (metrics, (tloss, tacc)) = block_fn(state, data, hp_block, root_key,
+                                                 eval_mask, device_evaluator.data)
+      block = metrics_to_records(metrics)
+      for r, do, l, a in zip(block, eval_mask, np.asarray(tloss), np.asarray(tacc)):
+        if do:
+          r["test_loss"], r["test_accuracy"] = float(l), float(a)
+    else:
+      state, metrics = block_fn(state, data, hp_block, root_key)
+      block = metrics_to_records(metrics)
     done += length
     if ledger is not None:
       eps = ledger.record_many([r["noise_multiplier"] for r in block],

@@ -12,8 +12,8 @@ import pytest
 from fedjax_dp.algorithms import dp_fedavg
 from fedjax_dp.federated import server
 from fedjax_dp.federated.client import ClientHParams, ClientMetrics
-from fedjax_dp.federated.driver import (constant_schedule, make_block_fn, make_evaluator,
-                                        run_rounds)
+from fedjax_dp.federated.driver import (constant_schedule, make_block_fn,
+                                        make_device_evaluator, make_evaluator, run_rounds)
 from fedjax_dp.federated.round import PopulationData, RoundConfig, RoundHParams, make_round
 from fedjax_dp.federated.sampling import PoissonSampler
 from fedjax_dp.models import create_model
@@ -237,3 +237,36 @@ def test_evaluator_matches_numpy():
     out = evaluate(params, x, y)
     assert out["accuracy"] == pytest.approx(np.mean(logits.argmax(1) == y), abs=1e-6)
     assert out["loss"] == pytest.approx(np.mean(lse - logits[np.arange(n), y]), rel=1e-5)
+
+
+def test_device_evaluation_inside_the_compiled_block(setup):
+  """Evaluation after rounds 3, 6 and 7 (the last) happens inside one 7-round block;
+  the values equal a host evaluation of the same states; a new evaluation schedule does
+  not recompile."""
+  fd, alg, data, model = setup["fd"], setup["alg"], setup["data"], setup["model"]
+  dev = make_device_evaluator(model, fd.test_x, fd.test_y, batch_size=64)
+  block = make_block_fn(alg.round_fn, dev)
+  init = alg.init(jax.random.key(0))
+  sched = constant_schedule(alg.hparams, 7)
+  final, recs = run_rounds(alg.round_fn, init, data, sched, jax.random.key(0), rounds=7,
+                           block_size=7, eval_every=3, device_evaluator=dev, block_fn=block)
+  evaluated = [i + 1 for i, r in enumerate(recs) if "test_accuracy" in r]
+  assert evaluated == [3, 6, 7]
+  host = setup["evaluate"](final.params)
+  np.testing.assert_allclose(recs[-1]["test_accuracy"], host["accuracy"], rtol=1e-6)
+  np.testing.assert_allclose(recs[-1]["test_loss"], host["loss"], rtol=1e-5)
+  # Rounds 1..3 through a host-evaluated run end in the same state as round 3 here.
+  s3, _ = run_rounds(alg.round_fn, init, data, sched, jax.random.key(0), rounds=3,
+                     block_size=3)
+  np.testing.assert_allclose(recs[2]["test_accuracy"],
+                             setup["evaluate"](s3.params)["accuracy"], rtol=1e-6)
+  n = block._cache_size()
+  _, recs2 = run_rounds(alg.round_fn, init, data, sched, jax.random.key(0), rounds=7,
+                        block_size=7, eval_every=2, device_evaluator=dev, block_fn=block)
+  assert [i + 1 for i, r in enumerate(recs2) if "test_accuracy" in r] == [2, 4, 6, 7]
+  assert block._cache_size() == n == 1
+  with pytest.raises(FedJaxDpError, match="at most one"):
+    run_rounds(alg.round_fn, init, data, sched, jax.random.key(0), rounds=2,
+               evaluate=setup["evaluate"], device_evaluator=dev)
+  with pytest.raises(FedJaxDpError, match="test set"):
+    make_device_evaluator(model, fd.test_x[:0], fd.test_y[:0])
