@@ -9,12 +9,13 @@ constant, never the data-dependent cohort weight.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp.privacy import clipping, noise
 from fedjax_dp.validation import FedJaxDpError, check_positive
 
 PyTree = Any
@@ -102,3 +103,93 @@ def custom_weights(weights: Any, num_clients: int) -> np.ndarray:
   if not np.all(np.isfinite(w)) or np.any(w < 0) or np.any(w > 1):
     raise FedJaxDpError("weights must be finite and in [0, 1] (bounded for DP).")
   return w
+
+
+def clipped_weighted_sum(updates: PyTree, weights: jax.Array,
+                         clip_norm) -> Tuple[PyTree, jax.Array, jax.Array]:
+  """``sum_k w_k clip(Delta_k, C)`` in two passes over the updates (the DP hot path).
+
+  Same result as `fedjax_dp.privacy.clipping.clip_per_client` followed by
+  `weighted_sum`, but the common case (every update finite, no float overflow) reads
+  the ``[K, P]`` updates only twice: once for the per-client sums of squares and once
+  for the weighted sum ``(w * s)^T Delta`` with ``s_k = min(1, C / ||Delta_k||)``
+  (McMahan et al., ICLR 2018, Alg. 1, ClipFn). If any sum of squares is NaN/Inf (a
+  non-finite update, or entries above ~1e19), a ``lax.cond`` takes the exact
+  overflow-safe path of `clip_per_client`, which zeroes and flags non-finite updates.
+  (Under an outer ``vmap`` both branches are computed; the result is the same.)
+
+  Args:
+    updates: pytree of ``[K, ...]`` float leaves.
+    weights: float32 ``[K]`` (0 for padding).
+    clip_norm: float scalar C >= 0.
+
+  Returns:
+    ``(total, norms float32 [K], finite bool [K])``: ``total`` has the per-client leaf
+    shapes in float32; ``norms`` are the pre-clip L2 norms (0 for a non-finite update;
+    entries so small that their squares underflow give a norm of 0, which clips
+    exactly as their true norm would for any C > 1e-19).
+  """
+  leaves = jax.tree_util.tree_leaves(updates)
+  k = leaves[0].shape[0]
+  c = jnp.asarray(clip_norm, jnp.float32)
+  w = jnp.asarray(weights, jnp.float32)
+  flat = [l.reshape(k, -1).astype(jnp.float32) for l in leaves]
+  ss = sum(jnp.sum(f * f, axis=1) for f in flat)
+
+  def fast(_):
+    norms = jnp.sqrt(ss)
+    scale = jnp.where(norms > c, c / jnp.maximum(norms, 1e-30), 1.0)
+    coef = w * scale
+    total = jax.tree_util.tree_map(
+        lambda l: jnp.tensordot(coef, l.astype(jnp.float32), axes=(0, 0)), updates)
+    return total, norms, jnp.ones((k,), bool)
+
+  def safe(_):
+    clipped, norms, finite = clipping.clip_per_client(updates, c)
+    total = jax.tree_util.tree_map(
+        lambda l: jnp.tensordot(w, l.astype(jnp.float32), axes=(0, 0)), clipped)
+    return total, norms, finite
+
+  return jax.lax.cond(jnp.all(jnp.isfinite(ss)), fast, safe, None)
+
+
+def dp_aggregate(updates: PyTree, weights: jax.Array, clip_norm, noise_stddev,
+                 key: jax.Array, chunk_size: Optional[int] = None) -> PyTree:
+  """Central-DP aggregate of materialised client updates: clip -> sum -> noise.
+
+  ``sum_k w_k clip(Delta_k, C) + N(0, sigma^2 I)`` (McMahan et al., ICLR 2018, Alg. 1,
+  before the division by the public denominator), with ``sigma = noise_stddev``
+  (``z * C`` for DP-FedAvg with weights in [0, 1]). The clients are processed in
+  blocks of ``chunk_size`` with `clipped_weighted_sum` under ``lax.scan`` so that the
+  second read of each block comes from cache.
+
+  Args:
+    updates: pytree of ``[K, ...]`` float32 leaves.
+    weights: float32 ``[K]``.
+    clip_norm: C >= 0.
+    noise_stddev: sigma >= 0 (units of the updates).
+    key: PRNG key of the noise.
+    chunk_size: clients per block (None: blocks of about 4 MiB, at least 1 client).
+
+  Returns:
+    Pytree of the per-client leaf shapes (float32).
+  """
+  leaves = jax.tree_util.tree_leaves(updates)
+  k = leaves[0].shape[0]
+  p = sum(int(np.prod(l.shape[1:])) for l in leaves)
+  c = chunk_size or max(1, min(k, (4 << 20) // max(4 * p, 1)))
+  n = -(-k // c)
+  pad = n * c - k
+  w = jnp.pad(jnp.asarray(weights, jnp.float32), (0, pad))
+  blocks = jax.tree_util.tree_map(
+      lambda l: jnp.pad(l, [(0, pad)] + [(0, 0)] * (l.ndim - 1)).reshape(
+          (n, c) + l.shape[1:]), updates)
+
+  def body(acc, xs):
+    u, wb = xs
+    total, _, _ = clipped_weighted_sum(u, wb, clip_norm)
+    return jax.tree_util.tree_map(jnp.add, acc, total), None
+
+  init = jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape[1:], jnp.float32), updates)
+  total, _ = jax.lax.scan(body, init, (blocks, w.reshape(n, c)))
+  return noise.add_gaussian_noise(key, total, noise_stddev)

@@ -205,17 +205,21 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       updates, cm = vmapped_client(params, x, y, jnp.maximum(ccounts, 1), train_keys,
                                    hp.client)
       # User-level clipping (McMahan et al. 2018, Alg. 1, ClipFn); non-finite -> zeros.
-      if config.clip_updates:
-        updates, norms, finite = clipping.clip_per_client(updates, clip_norm)
+      if config.clip_updates and config.noise != "local":
+        # The fused hot path: two passes over the chunk's updates.
+        summed, norms, finite = aggregation.clipped_weighted_sum(updates, cw, clip_norm)
       else:
-        finite = jax.vmap(clipping.is_finite)(updates)
-        updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
-            lambda l: jnp.where(f, l, jnp.zeros_like(l)), u))(updates, finite)
-        norms = jax.vmap(clipping.global_norm)(updates)
-      if config.noise == "local":
-        nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
-        updates = noise.add_local_noise(nkeys, updates, cz * clip_norm)
-      summed = aggregation.weighted_sum(updates, cw)
+        if config.clip_updates:
+          updates, norms, finite = clipping.clip_per_client(updates, clip_norm)
+        else:
+          finite = jax.vmap(clipping.is_finite)(updates)
+          updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
+              lambda l: jnp.where(f, l, jnp.zeros_like(l)), u))(updates, finite)
+          norms = jax.vmap(clipping.global_norm)(updates)
+        if config.noise == "local":
+          nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
+          updates = noise.add_local_noise(nkeys, updates, cz * clip_norm)
+        summed = aggregation.weighted_sum(updates, cw)
       m = cmask.astype(jnp.float32)
       part = _Partial(
           total=jax.tree_util.tree_map(jnp.add, acc.total, summed),
