@@ -6,13 +6,17 @@ record (`benchmarks.common.throughput_record`). A round is timed until the new g
 parameters are materialised; rounds run one per jitted call here (block size 1) so
 that every round is timed separately, as for the peers.
 
-  python -m benchmarks.throughput --workload mlp [--chunk-size N] [--out f.json]
+  python -m benchmarks.throughput --workload mlp [--devices N] [--chunk-size N] [--out f.json]
+
+``--devices`` (default: one per CPU core) splits the host CPU into that many JAX
+devices (``--xla_force_host_platform_device_count``) and shards each cohort over them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata as md
+import os
 import time
 
 import numpy as np
@@ -53,7 +57,11 @@ def run(w, chunk_size=None, timed_rounds=None, warmup_rounds=None, seed=0):
 
   timed = timed_rounds or w["timed_rounds"]
   warm = w["warmup_rounds"] if warmup_rounds is None else warmup_rounds
-  alg, data = build(w, chunk_size)
+  from fedjax_dp.federated.sharding import client_mesh
+  mesh = client_mesh() if jax.device_count() > 1 else None
+  alg, data = build(w, chunk_size, mesh)
+  from fedjax_dp.federated.sharding import replicate
+  data = replicate(data, mesh)
   block = make_block_fn(alg.round_fn)
   sched = constant_schedule(alg.hparams, 1)
   key = jax.random.key(seed)
@@ -71,7 +79,8 @@ def run(w, chunk_size=None, timed_rounds=None, warmup_rounds=None, seed=0):
   versions["fedjax_dp"] = md.version("fedjax_dp")
   return common.throughput_record(
       "fedjax_dp", versions, w, times, backend=jax.default_backend(),
-      device=str(jax.devices()[0].device_kind), chunk_size=chunk_size or "auto",
+      device=str(jax.devices()[0].device_kind), devices=jax.device_count(),
+      chunk_size=chunk_size or "auto",
       first_round_loss=losses[0], last_round_loss=losses[-1],
       notes="DP-FedAvg (fixed-size cohort, per-client clip, central Gaussian noise on the "
             "sum, fixed denominator), one jitted call per round")
@@ -81,11 +90,16 @@ def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--workload", choices=sorted(workloads.WORKLOADS), default="mlp")
   p.add_argument("--chunk-size", type=int, default=None)
+  p.add_argument("--devices", type=int, default=os.cpu_count() or 1,
+                 help="JAX CPU devices (one per core by default)")
   p.add_argument("--timed-rounds", type=int, default=None)
   p.add_argument("--warmup-rounds", type=int, default=None)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
+  if "jax" not in __import__("sys").modules:  # must precede JAX's initialisation
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               f" --xla_force_host_platform_device_count={a.devices}")
   rec = run(workloads.WORKLOADS[a.workload], a.chunk_size, a.timed_rounds, a.warmup_rounds,
             a.seed)
   common.emit(rec, a.out)

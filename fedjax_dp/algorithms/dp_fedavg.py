@@ -30,7 +30,7 @@ import numpy as np
 import optax
 
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
-from fedjax_dp.federated import aggregation, server
+from fedjax_dp.federated import aggregation, server, sharding
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
@@ -153,7 +153,8 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
                else "replace one client's entire data")
   return Algorithm(
       name=name, round_fn=round_fn,
-      init=lambda key: server.init_server_state(model.init(key), server_opt),
+      init=lambda key: sharding.replicate(
+          server.init_server_state(model.init(key), server_opt), mesh),
       hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate),
@@ -225,7 +226,8 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
   return Algorithm(
       name="dp_fedavg_record_level",
       round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),
-      init=lambda key: server.init_server_state(model.init(key), server_opt),
+      init=lambda key: sharding.replicate(
+          server.init_server_state(model.init(key), server_opt), mesh),
       hparams=RoundHParams(np.inf, 0.0, samp.sampling_rate,
                            ClientHParams(record_clip_norm, record_noise_multiplier, q_r,
                                          client_learning_rate),

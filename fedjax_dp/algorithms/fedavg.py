@@ -15,7 +15,7 @@ from typing import Optional
 from fedjax_dp.algorithms.base import Algorithm, require_learning_rates
 from fedjax_dp.algorithms.dp_fedavg import (_client_optimizer, _local_work, _sampler,
                                             _server_optimizer)
-from fedjax_dp.federated import server
+from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
 from fedjax_dp.validation import check_choice
@@ -47,7 +47,8 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
   return Algorithm(
       name="fedavg",
       round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),
-      init=lambda key: server.init_server_state(model.init(key), server_opt),
+      init=lambda key: sharding.replicate(
+          server.init_server_state(model.init(key), server_opt), mesh),
       hparams=RoundHParams(float("inf"), 0.0, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate), privacy=None,

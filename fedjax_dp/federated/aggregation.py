@@ -154,42 +154,23 @@ def clipped_weighted_sum(updates: PyTree, weights: jax.Array,
 
 
 def dp_aggregate(updates: PyTree, weights: jax.Array, clip_norm, noise_stddev,
-                 key: jax.Array, chunk_size: Optional[int] = None) -> PyTree:
+                 key: jax.Array) -> PyTree:
   """Central-DP aggregate of materialised client updates: clip -> sum -> noise.
 
   ``sum_k w_k clip(Delta_k, C) + N(0, sigma^2 I)`` (McMahan et al., ICLR 2018, Alg. 1,
   before the division by the public denominator), with ``sigma = noise_stddev``
-  (``z * C`` for DP-FedAvg with weights in [0, 1]). The clients are processed in
-  blocks of ``chunk_size`` with `clipped_weighted_sum` under ``lax.scan`` so that the
-  second read of each block comes from cache.
+  (``z * C`` for DP-FedAvg with weights in [0, 1]). Two passes over the updates
+  (`clipped_weighted_sum`) and one Gaussian draw of the aggregate's size.
 
   Args:
-    updates: pytree of ``[K, ...]`` float32 leaves.
+    updates: pytree of ``[K, ...]`` float leaves.
     weights: float32 ``[K]``.
     clip_norm: C >= 0.
     noise_stddev: sigma >= 0 (units of the updates).
     key: PRNG key of the noise.
-    chunk_size: clients per block (None: blocks of about 4 MiB, at least 1 client).
 
   Returns:
     Pytree of the per-client leaf shapes (float32).
   """
-  leaves = jax.tree_util.tree_leaves(updates)
-  k = leaves[0].shape[0]
-  p = sum(int(np.prod(l.shape[1:])) for l in leaves)
-  c = chunk_size or max(1, min(k, (4 << 20) // max(4 * p, 1)))
-  n = -(-k // c)
-  pad = n * c - k
-  w = jnp.pad(jnp.asarray(weights, jnp.float32), (0, pad))
-  blocks = jax.tree_util.tree_map(
-      lambda l: jnp.pad(l, [(0, pad)] + [(0, 0)] * (l.ndim - 1)).reshape(
-          (n, c) + l.shape[1:]), updates)
-
-  def body(acc, xs):
-    u, wb = xs
-    total, _, _ = clipped_weighted_sum(u, wb, clip_norm)
-    return jax.tree_util.tree_map(jnp.add, acc, total), None
-
-  init = jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape[1:], jnp.float32), updates)
-  total, _ = jax.lax.scan(body, init, (blocks, w.reshape(n, c)))
+  total, _, _ = clipped_weighted_sum(updates, weights, clip_norm)
   return noise.add_gaussian_noise(key, total, noise_stddev)

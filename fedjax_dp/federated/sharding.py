@@ -51,3 +51,31 @@ def mesh_size(mesh: Optional[jax.sharding.Mesh]) -> int:
         f"mesh must have a {CLIENTS_AXIS!r} axis (see client_mesh), got axes "
         f"{tuple(mesh.shape)}.")
   return int(mesh.shape[CLIENTS_AXIS])
+
+
+def replicate(tree, mesh: Optional[jax.sharding.Mesh]):
+  """Places every leaf of ``tree`` on all devices of ``mesh`` (replicated); returns
+  ``tree`` unchanged without a mesh.
+
+  Give the jitted round its population data and initial state this way: inputs that
+  live on one device would be copied to the mesh at every call, and a state whose
+  placement changes after the first round would trigger a second compilation.
+  """
+  if mesh is None:
+    return tree
+  return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
+
+
+def host_device_count_flag(count: Optional[int] = None) -> str:
+  """The ``XLA_FLAGS`` entry that splits the host CPU into ``count`` JAX devices
+  (default: one per core), e.g. ``--xla_force_host_platform_device_count=2``.
+
+  On a CPU, XLA runs the small matmuls of local training at a fraction of the dense
+  matmul rate when it spreads each one over all cores; one device per core, with the
+  cohort sharded over them (`client_mesh`), keeps every core busy with its own
+  clients (about 2x on the 2-core benchmark machine, see benchmarks/RESULTS.md). The
+  flag must be in the environment before JAX initialises its backends.
+  """
+  import os
+  count = (os.cpu_count() or 1) if count is None else int(count)
+  return f"--xla_force_host_platform_device_count={count}"

@@ -124,18 +124,17 @@ def test_clipped_weighted_sum_clips_to_c():
   assert bool(finite.all())
 
 
-@pytest.mark.parametrize("chunk", [None, 1, 3, 50])
-def test_dp_aggregate_is_clipped_sum_plus_noise(chunk):
+def test_dp_aggregate_is_clipped_sum_plus_noise():
   rng = np.random.default_rng(0)
   u = {"a": rng.normal(size=(7, 30)).astype(np.float32),
        "b": rng.normal(size=(7, 2, 2)).astype(np.float32)}
   w = rng.uniform(0, 1, 7).astype(np.float32)
   key = jax.random.key(4)
-  got = aggregation.dp_aggregate(u, w, 2.0, 0.0, key, chunk_size=chunk)
+  got = aggregation.dp_aggregate(u, w, 2.0, 0.0, key)
   ref, _, _ = _reference_clipped_sum(u, w, 2.0)
   for k in u:
     np.testing.assert_allclose(np.asarray(got[k]), np.asarray(ref[k]), rtol=1e-5, atol=1e-6)
-  noisy = aggregation.dp_aggregate(u, w, 2.0, 3.0, key, chunk_size=chunk)
+  noisy = aggregation.dp_aggregate(u, w, 2.0, 3.0, key)
   expect = noise.add_gaussian_noise(key, ref, 3.0)
   for k in u:
     np.testing.assert_allclose(np.asarray(noisy[k]), np.asarray(expect[k]), rtol=1e-5,

@@ -41,14 +41,16 @@ def test_chunk_layout_rejects_bad_sizes():
 
 def test_auto_chunk_size_follows_memory(monkeypatch):
   monkeypatch.setattr(chunking, "available_memory_bytes", lambda device=None: 10**9)
-  p, data_bytes = 10**6, 10**5
+  p, data_bytes = 4000, 10**7
   per = chunking.per_client_bytes(p, data_bytes)
   expect = int(0.25 * 10**9 // per)
-  assert 1 <= expect < chunking.CPU_MAX_CHUNK
+  assert 1 <= expect < min(chunking.CPU_MAX_CHUNK, chunking.CPU_PARAMS_PER_CHUNK // p)
   assert chunking.auto_chunk_size(10_000, p, data_bytes) == expect
   assert chunking.auto_chunk_size(3, p, data_bytes) == 3  # never more than the clients
   assert chunking.auto_chunk_size(10_000, 10**9, data_bytes) == 1  # never below 1
-  assert chunking.auto_chunk_size(10_000, 10, 10) == chunking.CPU_MAX_CHUNK  # CPU cap
+  assert chunking.auto_chunk_size(10_000, 10, 10) == chunking.CPU_MAX_CHUNK  # CPU caps
+  assert chunking.auto_chunk_size(10_000, 200_000, 10) == 1
+  assert chunking.auto_chunk_size(10_000, 4096, 10) == chunking.CPU_PARAMS_PER_CHUNK // 4096
   with pytest.raises(FedJaxDpError, match="memory_fraction"):
     chunking.auto_chunk_size(10, p, data_bytes, memory_fraction=0.0)
 

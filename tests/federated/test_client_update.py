@@ -174,11 +174,22 @@ def test_same_key_same_update_different_key_different_order():
 def test_nonfinite_gradient_step_is_skipped_and_counted():
   x, y = _data(7)
   x = x.at[0, 0].set(jnp.nan)  # a real example with a NaN feature
-  delta, m = _cu(MAX_N, local_steps=4)(PARAMS, x, y, jnp.int32(5), jax.random.key(0),
-                                       ClientHParams())
+  cu = make_client_update(MODEL, optax.sgd(0.1), batch_size=MAX_N, max_examples=MAX_N,
+                          local_steps=4, skip_nonfinite_steps=True)
+  delta, m = cu(PARAMS, x, y, jnp.int32(5), jax.random.key(0), ClientHParams())
   assert int(m.nonfinite_grads) == 4  # every full-batch step contains it
   for leaf in jax.tree_util.tree_leaves(delta):
     np.testing.assert_array_equal(np.asarray(leaf), 0.0)
+
+
+def test_nonfinite_gradient_without_step_check_gives_nonfinite_update():
+  """By default the NaN propagates to the update (the round then zeroes and counts it)."""
+  x, y = _data(7)
+  x = x.at[0, 0].set(jnp.nan)
+  delta, m = _cu(MAX_N, local_steps=4)(PARAMS, x, y, jnp.int32(5), jax.random.key(0),
+                                       ClientHParams())
+  assert int(m.nonfinite_grads) == 0
+  assert not all(np.isfinite(np.asarray(l)).all() for l in jax.tree_util.tree_leaves(delta))
 
 
 def test_client_update_argument_errors():
