@@ -95,6 +95,12 @@ def _add_run_parser(sub) -> None:
   g.add_argument("--eval-every", type=int, default=d.eval_every,
                  help="evaluate on the test set every N rounds")
   g.add_argument("--seed", type=int, default=d.seed)
+  g.add_argument("--devices", type=int, default=d.devices,
+                 help="shard each cohort over this many local devices (default: all; on "
+                      "a CPU, one device per core)")
+  g.add_argument("--chunk-size", type=int, default=d.chunk_size,
+                 help="clients trained at once per device (default: chosen from the "
+                      "model size and free memory)")
   g.add_argument("--out", default=d.out,
                  help="output folder for metrics.jsonl, summary.json, curves.png")
   g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -120,12 +126,27 @@ def _config_from_args(args):
       server_learning_rate=args.server_lr, noise_multiplier=noise,
       target_epsilon=args.target_epsilon, delta=args.delta, clip_norm=args.clip_norm,
       record_sampling_rate=args.record_sampling_rate, accountant=args.accountant,
-      eval_every=args.eval_every, seed=args.seed, out=args.out)
+      eval_every=args.eval_every, seed=args.seed, devices=args.devices,
+      chunk_size=args.chunk_size, out=args.out)
+
+
+def _split_host_cpu(devices: Optional[int]) -> None:
+  """One JAX CPU device per core (or ``devices``), so that the sharded round keeps every
+  core busy with its own clients; a no-op once JAX has started its backends, or when
+  the user's XLA_FLAGS already choose a device count."""
+  import os
+  flags = os.environ.get("XLA_FLAGS", "")
+  if "xla_force_host_platform_device_count" in flags:
+    return
+  count = devices or os.cpu_count() or 1
+  if count > 1:
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
 
 
 def _cmd_run(args) -> int:
   from fedjax_dp.runner import run
   cfg = _config_from_args(args).validate()
+  _split_host_cpu(cfg.devices)
   result = run(cfg, progress=not args.no_progress)
   s = result.summary
   eps = s["epsilon"]

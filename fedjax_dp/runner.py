@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import algorithms as algos
+from fedjax_dp.federated import sharding
 from fedjax_dp.federated import (PopulationData, constant_schedule, make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
@@ -67,6 +68,8 @@ class RunConfig:
   accountant: str = "rdp"
   eval_every: int = 5
   seed: int = 0
+  devices: Optional[int] = None
+  chunk_size: Optional[int] = None
   out: Optional[str] = "runs/latest"
 
   def validate(self) -> "RunConfig":
@@ -79,6 +82,10 @@ class RunConfig:
     check_int("rounds", self.rounds, minimum=1)
     check_int("batch_size", self.batch_size, minimum=1)
     check_int("eval_every", self.eval_every, minimum=1)
+    if self.devices is not None:
+      check_int("devices", self.devices, minimum=1)
+    if self.chunk_size is not None:
+      check_int("chunk_size", self.chunk_size, minimum=1)
     check_int("seed", self.seed, minimum=0)
     check_choice("accountant", self.accountant, ("rdp", "pld"))
     check_delta(self.delta)
@@ -129,9 +136,24 @@ def json_safe(v):
   return v
 
 
-def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float):
+def run_mesh(cfg: RunConfig):
+  """The client mesh over ``cfg.devices`` local devices (default all), or None for one.
+
+  Raises:
+    FedJaxDpError: more devices asked for than there are.
+  """
+  local = jax.local_devices()
+  n = len(local) if cfg.devices is None else cfg.devices
+  if n > len(local):
+    raise FedJaxDpError(
+        f"devices must be at most the {len(local)} local device(s), got {n} (on a CPU, "
+        "start with XLA_FLAGS=--xla_force_host_platform_device_count=N).")
+  return sharding.client_mesh(local[:n]) if n > 1 else None
+
+
+def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=None):
   """The `Algorithm` for ``cfg`` on ``data`` (``noise_multiplier`` already resolved)."""
-  common = dict(clients_per_round=cfg.clients_per_round, sampling_rate=cfg.sampling_rate,
+  common = dict(chunk_size=cfg.chunk_size, mesh=mesh,clients_per_round=cfg.clients_per_round, sampling_rate=cfg.sampling_rate,
                 sampler=cfg.sampler, local_epochs=None if cfg.local_steps else cfg.local_epochs,
                 local_steps=cfg.local_steps, batch_size=cfg.batch_size,
                 client_optimizer=cfg.client_optimizer,
@@ -227,13 +249,15 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
                         seed=cfg.seed, data_dir=cfg.data_dir)
   model_name = cfg.model or DEFAULT_MODELS.get(cfg.dataset, "mlp")
   model = create_model(model_name, data.feature_shape, data.num_classes)
-  probe = build_algorithm(cfg, model, data, 1.0)
+  mesh = run_mesh(cfg)
+  probe = build_algorithm(cfg, model, data, 1.0, mesh)
   z = resolve_noise_multiplier(cfg, data, probe)
-  alg = build_algorithm(cfg, model, data, z) if z != 1.0 else probe
+  alg = build_algorithm(cfg, model, data, z, mesh) if z != 1.0 else probe
 
   root = jax.random.key(cfg.seed)
   state = alg.init(jax.random.fold_in(root, 1 << 20))
-  pop = PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts))
+  pop = sharding.replicate(
+      PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh)
   ledger = None
   # The sampler (and, for fixed-size cohorts, population and cohort sizes) that fix the
   # DpEvent; with delta and each round's (z, q, dp_steps) in metrics.jsonl they let a
@@ -318,6 +342,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "sampling_rate": alg.config["sampling_rate"],
       "k_max": alg.k_max,
       "num_clients": data.num_clients,
+      "devices": sharding.mesh_size(mesh),
       "wall_time_s": wall,
       "time_per_round_s": (records[-1]["wall_time_s"] / cfg.rounds) if records else None,
       "steady_time_per_round_s": _steady_time_per_round(records),

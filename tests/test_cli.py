@@ -126,6 +126,9 @@ def test_record_level_run_composes_local_steps(tmp_path):
     (["--client-lr", "nan"], "client_learning_rate"),
     (["--dataset", "no_such_data"], "unknown dataset"),
     (["--clients-per-round", "50", "--num-clients", "20"], "clients_per_round"),
+    (["--devices", "0"], "devices"),
+    (["--devices", "4096"], "devices must be at most"),
+    (["--chunk-size", "0"], "chunk_size"),
 ])
 def test_cli_bad_input_is_one_clear_line(tmp_path, capsys, args, needle):
   out = tmp_path / "bad"
