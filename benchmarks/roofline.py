@@ -51,7 +51,8 @@ def matmul_gflops(n: int = 2048, repeat: int = 5) -> float:
   return 2 * n**3 / t / 1e9
 
 
-def local_training(w=workloads.MLP, chunk_size=None, repeat=3):
+def local_training(w=workloads.MLP, chunk_size=None, repeat=3, devices=None,
+                   skip_nonfinite_steps=False):
   """Seconds and GFLOP/s of one cohort's local training, run as the round runs it: the
   cohort sharded over the devices, each device scanning over chunks of vmapped clients
   and summing their deltas (then one psum)."""
@@ -64,12 +65,13 @@ def local_training(w=workloads.MLP, chunk_size=None, repeat=3):
   from fedjax_dp.models import count_params, create_model
 
   model = create_model("mlp", w["feature_shape"], w["num_classes"], hidden=w["hidden"])
-  mesh = sharding.client_mesh()
+  mesh = sharding.client_mesh(jax.devices()[:devices] if devices else None)
   shards = sharding.mesh_size(mesh)
   params = sharding.replicate(model.init(jax.random.key(0)), mesh)
   k, n = w["cohort_size"], w["examples_per_client"]
   client = make_client_update(model, optax.sgd(1.0), batch_size=w["batch_size"],
-                              max_examples=n, local_epochs=w["local_epochs"])
+                              max_examples=n, local_epochs=w["local_epochs"],
+                              skip_nonfinite_steps=skip_nonfinite_steps)
   split = NamedSharding(mesh, P(sharding.CLIENTS_AXIS))
   x = jax.device_put(jax.random.normal(jax.random.key(1), (k, n) + tuple(w["feature_shape"])),
                      split)
@@ -102,6 +104,7 @@ def local_training(w=workloads.MLP, chunk_size=None, repeat=3):
   steps = workloads.local_steps(w)
   flops = k * steps * w["batch_size"] * MLP_FLOPS_PER_EXAMPLE_STEP
   return {"seconds": t, "devices": shards, "chunk_size": lay.chunk_size,
+          "skip_nonfinite_steps": skip_nonfinite_steps,
           "matmul_flops": flops, "gflops": flops / t / 1e9, "clients": k,
           "steps_per_client": steps}
 
@@ -150,6 +153,17 @@ def run(quick: bool = False, max_bytes: float = 4e9):
   import jax
   mm = matmul_gflops(1024 if quick else 2048)
   lt = local_training(dict(workloads.MLP, cohort_size=10) if quick else workloads.MLP)
+  # The profile behind the engine's CPU choices: the same cohort on one device (XLA
+  # spreads each small matmul over all cores), with whole-cohort vmapping (batched
+  # matmuls), and with the optional per-step non-finite check.
+  lw = dict(workloads.MLP, cohort_size=10) if quick else workloads.MLP
+  ablation = [dict(label="engine default (sharded over all devices, auto chunk)", **lt)]
+  for label, kw in (("1 device, chunk 1", dict(devices=1, chunk_size=1)),
+                    ("1 device, whole cohort vmapped", dict(devices=1,
+                                                            chunk_size=lw["cohort_size"])),
+                    ("1 device, chunk 1, per-step non-finite check",
+                     dict(devices=1, chunk_size=1, skip_nonfinite_steps=True))):
+    ablation.append(dict(label=label, **local_training(lw, **kw)))
   mm_after = matmul_gflops(1024 if quick else 2048)
   ks = (10, 100) if quick else (10, 100, 1000, 10000)
   ps = (10**4, 10**5) if quick else (10**4, 10**5, 10**6, 10**7)
@@ -159,7 +173,7 @@ def run(quick: bool = False, max_bytes: float = 4e9):
           "versions": {p: md.version(p) for p in ("jax", "jaxlib")},
           "matmul_gflops": max(mm, mm_after), "matmul_gflops_before_after": [mm, mm_after],
           "local_training": lt, "local_training_fraction_of_matmul": lt["gflops"] / max(
-              mm, mm_after),
+              mm, mm_after), "local_training_ablation": ablation,
           "hot_path": hot, "peak_rss_mib": common.peak_rss_mib()}
 
 

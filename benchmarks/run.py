@@ -128,6 +128,13 @@ def markdown(result: dict) -> str:
               f"{lt['devices']} device(s), chunk {lt['chunk_size']}): {lt['gflops']:.1f} "
               f"GFLOP/s = {100 * rf['local_training_fraction_of_matmul']:.0f}% of the matmul "
               "(target >= 50%).", "",
+              "| local-training variant | devices | chunk | s | GFLOP/s | % of matmul |",
+              "|---|---|---|---|---|---|"]
+    for v in rf.get("local_training_ablation", []):
+      lines.append(f"| {v['label']} | {v['devices']} | {v['chunk_size']} | "
+                   f"{v['seconds']:.3f} | {v['gflops']:.1f} | "
+                   f"{100 * v['gflops'] / rf['matmul_gflops']:.0f}% |")
+    lines += ["",
               "| K | P | stream GB/s | clip+sum GB/s (ratio) | clip+sum+noise GB/s (ratio) |"
               " noise draw ms |", "|---|---|---|---|---|---|"]
     for h in rf["hot_path"]:
