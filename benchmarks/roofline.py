@@ -26,9 +26,7 @@ import time
 
 from benchmarks import common, workloads
 
-_MLP_FORWARD = 2 * (784 * 200 + 200 * 200 + 200 * 10)
-# forward + weight gradients (same FLOPs) + input gradients of layers 2 and 3 = 880,000
-MLP_FLOPS_PER_EXAMPLE_STEP = 2 * _MLP_FORWARD + 2 * (200 * 200 + 200 * 10)
+MLP_FLOPS_PER_EXAMPLE_STEP = workloads.FLOPS_PER_EXAMPLE_STEP["mlp"]
 
 
 def _best(fn, *args, repeat=5):

@@ -102,16 +102,26 @@ def markdown(result: dict) -> str:
   lines = [f"## {result['timestamp']} — {m['cpu']}, {m['cores']} cores, "
            f"{m['memory_gib']} GiB{' (quick)' if result['quick'] else ''}", ""]
   if "throughput" in result:
+    mm = result.get("roofline", {}).get("matmul_gflops")
     lines += ["### Throughput (same workload, same run)", "",
+              "GFLOP/s counts the matmul FLOPs of local training "
+              "(`benchmarks.workloads.flops_per_round`) over the whole round time; the "
+              "ceiling is the speed-up a framework would have over this peer if its "
+              "rounds ran at the dense-matmul rate measured in the same run.", "",
               "| workload | framework | versions | cohort | median s/round | "
-              "client-updates/s | fedjax_dp speed-up |", "|---|---|---|---|---|---|---|"]
+              "client-updates/s | GFLOP/s | fedjax_dp speed-up | ceiling |",
+              "|---|---|---|---|---|---|---|---|---|"]
     rat = result.get("ratios", {})
     for r in result["throughput"]:
       ver = ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
       sp = rat.get(r["workload"], {}).get(r["framework"])
+      w = workloads.WORKLOADS[r["workload"]]
+      gf = workloads.flops_per_round(w) / r["median_round_s"] / 1e9
+      ceil = (f"{r['median_round_s'] / (workloads.flops_per_round(w) / (mm * 1e9)):.1f}x"
+              if mm and r["framework"] != "fedjax_dp" else "")
       lines.append(f"| {r['workload']} | {r['framework']} | {ver} | {r['cohort_size']} | "
                    f"{r['median_round_s']:.3f} | {r['client_updates_per_s']:.1f} | "
-                   f"{'' if sp is None else f'{sp:.1f}x'} |")
+                   f"{gf:.1f} | {'' if sp is None else f'{sp:.1f}x'} | {ceil} |")
     for wname, per in sorted(rat.items()):
       for peer, x in sorted(per.items()):
         goal = TARGETS.get(peer) if wname == "mlp" else None

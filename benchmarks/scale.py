@@ -26,7 +26,7 @@ POPULATION = 1_000_000
 POOL = 10_000
 
 
-def worker(k: int, rounds: int, population: int) -> dict:
+def worker(k: int, rounds: int, population: int, chunk_size=None) -> dict:
   """One cohort size, in this process."""
   import jax
   import numpy as np
@@ -47,7 +47,7 @@ def worker(k: int, rounds: int, population: int) -> dict:
                   noise_multiplier=w["noise_multiplier"], sampler="fixed_size",
                   clients_per_round=k, local_epochs=w["local_epochs"],
                   batch_size=w["batch_size"], client_learning_rate=w["client_learning_rate"],
-                  mesh=mesh)
+                  mesh=mesh, chunk_size=chunk_size)
   block = make_block_fn(alg.round_fn)
   state = alg.init(jax.random.key(0))
   sched = constant_schedule(alg.hparams, 1)
@@ -97,10 +97,11 @@ def main(argv=None):
   p.add_argument("--population", type=int, default=POPULATION)
   p.add_argument("--devices", type=int, default=None)
   p.add_argument("--worker", type=int, default=None, help=argparse.SUPPRESS)
+  p.add_argument("--chunk-size", type=int, default=None)
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   if a.worker is not None:
-    print(json.dumps(worker(a.worker, a.rounds, a.population)), flush=True)
+    print(json.dumps(worker(a.worker, a.rounds, a.population, a.chunk_size)), flush=True)
     return
   common.emit(run(tuple(int(c) for c in a.cohorts.split(",")), a.rounds, a.population,
                   a.devices), a.out)

@@ -50,6 +50,24 @@ CNN = dict(
 
 WORKLOADS = {"mlp": MLP, "cnn": CNN}
 
+# Matmul FLOPs of one training example in one local step (forward, weight gradients and
+# the input gradients that backpropagation needs; none for the first layer's input).
+# MLP: forward 2 * (784*200 + 200*200 + 200*10) = 397,600; x2 with weight gradients;
+#   + 2 * (200*200 + 200*10) = 84,000 of input gradients.
+# CNN: conv1 2*26*26*32*9 = 389,376; conv2 2*24*24*64*288 = 21,233,664; dense
+#   2*9216*128 = 2,359,296; out 2*128*62 = 15,872 (forward 23,998,208); x2 with weight
+#   gradients; + input gradients of conv2, dense and out.
+FLOPS_PER_EXAMPLE_STEP = {
+    "mlp": 2 * 397_600 + 84_000,
+    "cnn": 2 * 23_998_208 + 21_233_664 + 2_359_296 + 15_872,
+}
+
+
+def flops_per_round(w) -> int:
+  """Matmul FLOPs of one round's local training (cohort x steps x batch x per example)."""
+  return (w["cohort_size"] * local_steps(w) * w["batch_size"] *
+          FLOPS_PER_EXAMPLE_STEP[w["name"]])
+
 
 def local_steps(w) -> int:
   """Local SGD steps per client per round."""

@@ -28,7 +28,19 @@ def test_ratios_and_target_lines():
                            "machine": {"cpu": "c", "cores": 2, "memory_gib": 1}})
   assert "Target (mlp): >= 5x fedjax: MISSED (4.0x)." in md
   assert "Target (mlp): >= 10x pfl-research: met (20.0x)." in md
-  assert "| cnn | fedjax | x 1 | 100 | 0.100 | 10.0 | 3.0x |" in md
+  # cnn round: 71.6 GFLOP of local training in 0.1 s = 716 GFLOP/s.
+  assert "| cnn | fedjax | x 1 | 100 | 0.100 | 10.0 | 716.1 | 3.0x |  |" in md
+  # With a same-run matmul rate, a peer's row gets the speed-up ceiling: a round at
+  # 100 GFLOP/s would take 0.716 s for the cnn workload, 0.1 s / 0.716 s = 0.1x.
+  md = bench_run.markdown({"timestamp": "t", "quick": False, "throughput": recs, "ratios": r,
+                           "roofline": {"matmul_gflops": 100.0, "local_training": {
+                               "clients": 1, "steps_per_client": 1, "devices": 1,
+                               "chunk_size": 1, "gflops": 50.0},
+                                        "local_training_fraction_of_matmul": 0.5,
+                                        "hot_path": []},
+                           "machine": {"cpu": "c", "cores": 2, "memory_gib": 1}})
+  assert "| 3.0x | 0.1x |" in md
+  assert "= 50% of the matmul" in md
 
 
 def test_synthetic_client_data_is_deterministic_and_learnable():

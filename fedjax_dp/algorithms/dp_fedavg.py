@@ -100,7 +100,9 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
 
   Args:
     model: a `fedjax_dp.models.Model`.
-    data: a `fedjax_dp.data.FederatedData` (its shape fixes the static cohort layout).
+    data: a `fedjax_dp.data.FederatedData` or a
+      `fedjax_dp.federated.PooledPopulation` (its shape fixes the static cohort layout;
+      only ``num_clients``, ``max_examples`` and ``counts`` are read here).
     clip_norm: S > 0, L2 bound on each client's update (same units as the parameters).
     noise_multiplier: z >= 0; central noise std ``z * S`` on the weighted sum.
     sampling_rate / clients_per_round: q, or the expected cohort size ``q N``.

@@ -6,7 +6,6 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import make_synthetic_data
 from fedjax_dp.algorithms import dp_fedavg, fedavg
 from fedjax_dp.federated import chunking, server
 from fedjax_dp.federated.client import make_client_update
@@ -49,8 +48,14 @@ def test_auto_chunk_size_follows_memory(monkeypatch):
   assert chunking.auto_chunk_size(3, p, data_bytes) == 3  # never more than the clients
   assert chunking.auto_chunk_size(10_000, 10**9, data_bytes) == 1  # never below 1
   assert chunking.auto_chunk_size(10_000, 10, 10) == chunking.CPU_MAX_CHUNK  # CPU caps
-  assert chunking.auto_chunk_size(10_000, 200_000, 10) == 1
+  assert chunking.auto_chunk_size(1_000, 200_000, 10) == 1
   assert chunking.auto_chunk_size(10_000, 4096, 10) == chunking.CPU_PARAMS_PER_CHUNK // 4096
+  # Huge cohorts: at most MAX_CHUNKS_PER_DEVICE loop iterations, memory permitting.
+  many = 100 * chunking.MAX_CHUNKS_PER_DEVICE
+  by_memory = int(0.25 * 10**9 // chunking.per_client_bytes(200_000, 10))  # 52
+  assert chunking.auto_chunk_size(many, 200_000, 10) == min(by_memory, 100) == 52
+  assert chunking.auto_chunk_size(many, 50_000, 10) == 100
+  assert chunking.auto_chunk_size(many, 10**9, 10) == 1  # memory still wins
   with pytest.raises(FedJaxDpError, match="memory_fraction"):
     chunking.auto_chunk_size(10, p, data_bytes, memory_fraction=0.0)
 
@@ -60,8 +65,8 @@ def test_available_memory_is_positive():
 
 
 @pytest.fixture(scope="module")
-def env():
-  fd = make_synthetic_data(num_clients=23, max_examples=12)
+def env(make_fd):
+  fd = make_fd(num_clients=23, max_examples=12)
   model = create_model("mlp", fd.feature_shape, fd.num_classes, hidden=(16,))
   data = PopulationData(jnp.asarray(fd.x), jnp.asarray(fd.y), jnp.asarray(fd.counts))
   return fd, model, data

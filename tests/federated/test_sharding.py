@@ -22,9 +22,8 @@ def _check():
   import numpy as np
   import optax
 
-  sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  from conftest import make_synthetic_data
   from fedjax_dp.algorithms import dp_fedavg
+  from fedjax_dp.data.sources.synthetic import make_synthetic
   from fedjax_dp.federated import server
   from fedjax_dp.federated.client import make_client_update
   from fedjax_dp.federated.driver import constant_schedule, run_rounds
@@ -34,7 +33,8 @@ def _check():
   from fedjax_dp.models import create_model
 
   report = {"devices": jax.device_count()}
-  fd = make_synthetic_data(num_clients=29, max_examples=10)
+  fd = make_synthetic(num_clients=29, examples_per_client=(4, 10), feature_shape=(8,),
+                      num_classes=3, seed=0)
   model = create_model("mlp", fd.feature_shape, fd.num_classes, hidden=(16,))
   data = PopulationData(jnp.asarray(fd.x), jnp.asarray(fd.y), jnp.asarray(fd.counts))
 
