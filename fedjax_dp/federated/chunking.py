@@ -25,15 +25,15 @@ from fedjax_dp.validation import FedJaxDpError, check_int
 PARAM_COPIES_PER_CLIENT = 6
 # Per-client data copies: the gathered padded data plus one minibatch view.
 DATA_COPIES_PER_CLIENT = 2
-# On CPUs, batching clients (a vmapped, batched matmul) buys no parallelism: XLA:CPU
-# already splits each op over the cores, batched small matmuls run slower than the
-# same matmuls one client at a time, and large chunks evict the clients' parameters
-# from cache between local steps. Batching pays only for small models, where per-op
-# overhead dominates. Measured on the 2-core benchmark machine: the 199k-parameter
-# MLP is fastest at 1 client per chunk (64 vs 44 GFLOP/s at 5), the 4.3k-parameter
-# HAR CNN at about 16-30.
+# On CPUs, large chunks do not pay: XLA:CPU already splits each op over the cores, a
+# batched matmul over many clients runs slower than a few small ones, and large chunks
+# evict the clients' parameters from cache between local steps; very small chunks pay a
+# loop iteration (gather, clip, accumulate) per client. Measured on the 2-core
+# benchmark machine with one JAX device per core, local training of the 199k-parameter
+# MLP: 1 client per chunk 99 GFLOP/s, 2: 125, 5: 122, 10: 80, 25: 51 (one device:
+# 1: 64, 5: 85, 100: 42). Hence chunks of about CPU_PARAMS_PER_CHUNK parameters.
 CPU_MAX_CHUNK = 64
-CPU_PARAMS_PER_CHUNK = 1 << 17
+CPU_PARAMS_PER_CHUNK = 1 << 19
 # XLA's runtime keeps a little host memory per executed iteration of the chunk loop
 # until the loop ends (measured on XLA:CPU, jax 0.10: about 40 KB per iteration; peak
 # RSS +175 MB for 5,000 vs 625 iterations, while XLA's own buffer assignment stayed at

@@ -48,8 +48,9 @@ def test_auto_chunk_size_follows_memory(monkeypatch):
   assert chunking.auto_chunk_size(3, p, data_bytes) == 3  # never more than the clients
   assert chunking.auto_chunk_size(10_000, 10**9, data_bytes) == 1  # never below 1
   assert chunking.auto_chunk_size(10_000, 10, 10) == chunking.CPU_MAX_CHUNK  # CPU caps
-  assert chunking.auto_chunk_size(1_000, 200_000, 10) == 1
-  assert chunking.auto_chunk_size(10_000, 4096, 10) == chunking.CPU_PARAMS_PER_CHUNK // 4096
+  assert chunking.auto_chunk_size(1_000, 200_000, 10) == 2
+  assert chunking.auto_chunk_size(1_000, 1_200_000, 10) == 1
+  assert chunking.auto_chunk_size(10_000, 16384, 10) == chunking.CPU_PARAMS_PER_CHUNK // 16384
   # Huge cohorts: at most MAX_CHUNKS_PER_DEVICE loop iterations, memory permitting.
   many = 100 * chunking.MAX_CHUNKS_PER_DEVICE
   by_memory = int(0.25 * 10**9 // chunking.per_client_bytes(200_000, 10))  # 52
