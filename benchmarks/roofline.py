@@ -78,9 +78,10 @@ def local_training(w=workloads.MLP, chunk_size=None, repeat=3, devices=None,
   hp = ClientHParams(learning_rate=w["client_learning_rate"])
   c = chunk_size or chunking.auto_chunk_size(k // shards, count_params(params),
                                              n * (784 * 4 + 4))
+  if k % shards:
+    raise ValueError(f"cohort {k} must split evenly over {shards} devices")
+  c = max(d for d in range(1, c + 1) if (k // shards) % d == 0)  # no padded slots here
   lay = chunking.chunk_layout(k, c, shards)
-  if lay.padded_size != k:
-    raise ValueError(f"cohort {k} must split evenly into {shards} x chunks of {c}")
   vclient = jax.vmap(client, in_axes=(None, 0, 0, 0, 0, None))
 
   def per_device(params, x, y, counts):

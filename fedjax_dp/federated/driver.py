@@ -76,72 +76,9 @@ def constant_schedule(hp: RoundHParams, rounds: int) -> RoundHParams:
       hp)
 
 
-def make_evaluator(model, batch_size: int = 1024) -> Callable:
-  """``evaluate(params, x, y) -> {"loss", "accuracy"}`` over a whole test set.
-
-  The test set is padded on the host to a multiple of ``batch_size`` and reduced with
-  ``lax.map`` inside one jitted call (padding rows are masked out).
-  """
-
-  @jax.jit
-  def _eval(params, xb, yb, mb):
-    def one(args):
-      x, y, m = args
-      logits = model.apply(params, x)
-      loss = model.per_example_loss(logits, y)
-      correct = (jnp.argmax(logits, -1) == y).astype(jnp.float32)
-      return jnp.sum(loss * m), jnp.sum(correct * m)
-    losses, corrects = jax.lax.map(one, (xb, yb, mb))
-    n = jnp.maximum(jnp.sum(mb), 1.0)
-    return jnp.sum(losses) / n, jnp.sum(corrects) / n
-
-  cache: Dict[int, tuple] = {}
-
-  def evaluate(params, x: np.ndarray, y: np.ndarray) -> Dict[str, float]:
-    key = id(x)
-    if key not in cache:
-      n = len(y)
-      bs = min(batch_size, n)
-      nb = math.ceil(n / bs)
-      pad = nb * bs - n
-      xp = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]).reshape(
-          (nb, bs) + x.shape[1:])
-      yp = np.concatenate([y, np.zeros((pad,), y.dtype)]).astype(np.int32).reshape(nb, bs)
-      mp = (np.arange(nb * bs) < n).astype(np.float32).reshape(nb, bs)
-      cache.clear()
-      cache[key] = (jnp.asarray(xp), jnp.asarray(yp), jnp.asarray(mp), x)
-    xb, yb, mb, _ = cache[key]
-    loss, acc = _eval(params, xb, yb, mb)
-    return {"loss": float(loss), "accuracy": float(acc)}
-
-  return evaluate
-
-
-def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
-                          batch_size: int = 1024) -> DeviceEvaluator:
-  """A `DeviceEvaluator` for the test set ``x [n, ...]``, ``y [n]`` (padded on the host to
-  a multiple of ``batch_size`` and moved to the device once).
-
-  Its ``fn(params, data)`` returns the mean cross-entropy (or the model's loss) and the
-  accuracy over the ``n`` real examples, float32 scalars.
-
-  Raises:
-    FedJaxDpError: empty or mismatched test arrays.
-  """
-  x = np.asarray(x)
-  y = np.asarray(y)
-  if len(y) == 0 or len(x) != len(y):
-    raise FedJaxDpError(f"test set must be non-empty with len(x) == len(y), got {len(x)} "
-                        f"and {len(y)}.")
-  batch_size = check_int("batch_size", batch_size, minimum=1)
-  n = len(y)
-  bs = min(batch_size, n)
-  nb = math.ceil(n / bs)
-  pad = nb * bs - n
-  xb = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]).reshape(
-      (nb, bs) + x.shape[1:]).astype(np.float32)
-  yb = np.concatenate([y, np.zeros((pad,), y.dtype)]).astype(np.int32).reshape(nb, bs)
-  mb = (np.arange(nb * bs) < n).astype(np.float32).reshape(nb, bs)
+def _eval_fn(model) -> Callable:
+  """``fn(params, (xb, yb, mb)) -> (mean loss, accuracy)`` over padded test batches
+  ``xb [nb, bs, ...]`` (``lax.map`` over batches; rows with ``mb == 0`` are padding)."""
 
   def fn(params, data):
     xs, ys, ms = data
@@ -157,7 +94,66 @@ def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
     total = jnp.maximum(jnp.sum(ms), 1.0)
     return jnp.sum(losses) / total, jnp.sum(corrects) / total
 
-  return DeviceEvaluator(fn, (jnp.asarray(xb), jnp.asarray(yb), jnp.asarray(mb)))
+  return fn
+
+
+def _padded_test_set(x, y, batch_size: int):
+  """Device arrays ``(xb [nb, bs, ...], yb [nb, bs], mb [nb, bs])`` of a test set padded
+  to a multiple of ``bs = min(batch_size, n)``.
+
+  Raises:
+    FedJaxDpError: empty or mismatched arrays, or a bad batch size.
+  """
+  x = np.asarray(x)
+  y = np.asarray(y)
+  if len(y) == 0 or len(x) != len(y):
+    raise FedJaxDpError(f"test set must be non-empty with len(x) == len(y), got {len(x)} "
+                        f"and {len(y)}.")
+  batch_size = check_int("batch_size", batch_size, minimum=1)
+  n = len(y)
+  bs = min(batch_size, n)
+  nb = math.ceil(n / bs)
+  pad = nb * bs - n
+  xb = np.concatenate([x, np.zeros((pad,) + x.shape[1:], x.dtype)]).reshape(
+      (nb, bs) + x.shape[1:]).astype(np.float32)
+  yb = np.concatenate([y, np.zeros((pad,), y.dtype)]).astype(np.int32).reshape(nb, bs)
+  mb = (np.arange(nb * bs) < n).astype(np.float32).reshape(nb, bs)
+  return jnp.asarray(xb), jnp.asarray(yb), jnp.asarray(mb)
+
+
+def make_evaluator(model, batch_size: int = 1024) -> Callable:
+  """``evaluate(params, x, y) -> {"loss", "accuracy"}`` over a whole test set, on the host
+  side of the loop (for evaluation inside compiled rounds use `make_device_evaluator`).
+
+  The test set is padded on the host to a multiple of ``batch_size`` (once per test
+  array) and reduced with ``lax.map`` inside one jitted call (padding rows masked out).
+  """
+  fn = jax.jit(_eval_fn(model))
+  cache: Dict[int, tuple] = {}
+
+  def evaluate(params, x: np.ndarray, y: np.ndarray) -> Dict[str, float]:
+    key = id(x)
+    if key not in cache:
+      cache.clear()
+      cache[key] = (_padded_test_set(x, y, batch_size), x)  # x kept: its id stays valid
+    loss, acc = fn(params, cache[key][0])
+    return {"loss": float(loss), "accuracy": float(acc)}
+
+  return evaluate
+
+
+def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
+                          batch_size: int = 1024) -> DeviceEvaluator:
+  """A `DeviceEvaluator` for the test set ``x [n, ...]``, ``y [n]`` (padded on the host to
+  a multiple of ``batch_size`` and moved to the device once).
+
+  Its ``fn(params, data)`` returns the mean loss (the model's, e.g. cross-entropy) and
+  the accuracy over the ``n`` real examples, float32 scalars.
+
+  Raises:
+    FedJaxDpError: empty or mismatched test arrays.
+  """
+  return DeviceEvaluator(_eval_fn(model), _padded_test_set(x, y, batch_size))
 
 
 def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
