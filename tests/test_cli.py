@@ -171,3 +171,21 @@ def test_main_job_on_real_har_beats_majority_class(tmp_path):
   assert s["final_test_accuracy"] > 0.5  # 6 classes, majority class 19%
   assert 0 < s["epsilon"] < math.inf
   assert np.isfinite(s["final_test_loss"])
+
+
+@pytest.mark.parametrize("brk,rc,word", [("none", 0, "consistent"),
+                                         ("noise-off", 1, "VIOLATION"),
+                                         ("no-clip", 1, "VIOLATION")])
+def test_cli_audit(capsys, brk, rc, word):
+  assert cli.main(["audit", "--repetitions", "1000", "--dim", "20", "--break", brk]) == rc
+  out = capsys.readouterr().out
+  assert word in out and "accountant epsilon (PLD, one release, delta 1e-05): 4.377" in out
+
+
+@pytest.mark.parametrize("args,needle", [(["--noise-multiplier", "-1"], "noise_multiplier"),
+                                         (["--delta", "2"], "delta"),
+                                         (["--repetitions", "3"], "repetitions")])
+def test_cli_audit_bad_input(capsys, args, needle):
+  assert cli.main(["audit"] + args) == 2
+  err = capsys.readouterr().err
+  assert err.startswith("fedjax-dp: error:") and needle in err
