@@ -1,0 +1,191 @@
+"""Property-based bad-input tests over the public API: every invalid value gives a
+`FedJaxDpError` naming the argument, before anything is compiled (issue 4, part 3)."""
+
+import math
+
+import jax
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fedjax_dp.algorithms import dp_fedavg, dp_fedavg_record_level, fedavg
+from fedjax_dp.data import partition
+from fedjax_dp.federated import make_pooled_population
+from fedjax_dp.federated.client import DpSgdConfig, make_client_update
+from fedjax_dp.federated.round import RoundConfig
+from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
+from fedjax_dp.models import create_model
+from fedjax_dp.privacy import accounting
+from fedjax_dp.validation import FedJaxDpError
+
+NON_FINITE = [math.nan, math.inf, -math.inf]
+NOT_POSITIVE = st.sampled_from([0.0, -1.0, -1e-9, -1e30] + NON_FINITE)
+NEGATIVE = st.sampled_from([-1.0, -1e-9, -1e30] + NON_FINITE)
+NOT_PROBABILITY = st.sampled_from([0.0, -0.1, 1.0 + 1e-9, 2.0, 1e9] + NON_FINITE)
+NOT_DELTA = st.sampled_from([0.0, 1.0, -1e-5, 1.5] + NON_FINITE)
+NOT_COUNT = st.sampled_from([0, -1, -(10**9), 1.5, True])
+SETTINGS = settings(max_examples=15, deadline=None,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def env(synthetic_fd):
+  model = create_model("linear", synthetic_fd.feature_shape, synthetic_fd.num_classes)
+  return synthetic_fd, model
+
+
+_COMPILES = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, duration, **kw: _COMPILES.append(event)
+    if "backend_compile" in event else None)
+
+
+def _raises(fn, name):
+  """``fn()`` must raise a FedJaxDpError whose message names ``name``, and nothing may be
+  compiled by XLA before it does (JAX reports every backend compilation)."""
+  before = len(_COMPILES)
+  with pytest.raises(FedJaxDpError) as e:
+    fn()
+  assert name in str(e.value), f"{name!r} not in {e.value!r}"
+  assert len(_COMPILES) == before, f"compiled before rejecting {name}: {_COMPILES[before:]}"
+
+
+def test_compile_listener_sees_compilations():
+  before = len(_COMPILES)
+  jax.jit(lambda x: x * 3.0 + 1.0)(np.float32(2.0))
+  assert len(_COMPILES) > before
+
+
+@SETTINGS
+@given(value=NOT_POSITIVE)
+def test_dp_fedavg_clip_norm(env, value):
+  fd, model = env
+  _raises(lambda: dp_fedavg(model, fd, clip_norm=value, sampling_rate=0.5), "clip_norm")
+
+
+@SETTINGS
+@given(value=NEGATIVE)
+def test_dp_fedavg_noise_multiplier(env, value):
+  fd, model = env
+  _raises(lambda: dp_fedavg(model, fd, noise_multiplier=value, sampling_rate=0.5),
+          "noise_multiplier")
+
+
+@SETTINGS
+@given(value=NOT_PROBABILITY)
+def test_dp_fedavg_sampling_rate(env, value):
+  fd, model = env
+  _raises(lambda: dp_fedavg(model, fd, sampling_rate=value), "sampling_rate")
+
+
+@SETTINGS
+@given(value=NOT_POSITIVE, which=st.sampled_from(["client_learning_rate",
+                                                  "server_learning_rate"]))
+def test_learning_rates(env, value, which):
+  fd, model = env
+  for alg in (dp_fedavg, fedavg):
+    kw = {"sampling_rate": 0.5} if alg is dp_fedavg else {"clients_per_round": 4}
+    _raises(lambda: alg(model, fd, **{which: value}, **kw), which)
+
+
+@SETTINGS
+@given(extra=st.integers(1, 10**6))
+def test_cohort_larger_than_population(env, extra):
+  fd, model = env
+  _raises(lambda: dp_fedavg(model, fd, clients_per_round=fd.num_clients + extra),
+          "clients_per_round")
+  _raises(lambda: FixedSizeSampler.create(fd.num_clients, fd.num_clients + extra),
+          "cohort_size")
+
+
+@SETTINGS
+@given(value=NOT_COUNT, which=st.sampled_from(["batch_size", "local_steps",
+                                               "chunk_size"]))
+def test_counts(env, value, which):
+  fd, model = env
+  kw = {which: value}
+  if which == "local_steps":
+    kw["local_epochs"] = None
+  _raises(lambda: dp_fedavg(model, fd, sampling_rate=0.5, **kw), which)
+
+
+@SETTINGS
+@given(value=NOT_POSITIVE)
+def test_record_level_clip_norm(env, value):
+  fd, model = env
+  _raises(lambda: dp_fedavg_record_level(model, fd, record_clip_norm=value,
+                                         sampling_rate=0.5), "record_clip_norm")
+
+
+@SETTINGS
+@given(value=NOT_PROBABILITY)
+def test_record_sampling_rate(value):
+  _raises(lambda: DpSgdConfig.create(10, value, local_epochs=1), "record_sampling_rate")
+
+
+@SETTINGS
+@given(eps=NOT_POSITIVE, delta=st.sampled_from([1e-5]))
+def test_calibration_epsilon(eps, delta):
+  _raises(lambda: accounting.calibrate_noise_multiplier(eps, delta, 0.1, 10),
+          "epsilon")
+
+
+@SETTINGS
+@given(delta=NOT_DELTA)
+def test_accounting_delta(delta):
+  _raises(lambda: accounting.compute_epsilon(1.0, 0.1, 10, delta), "delta")
+  _raises(lambda: accounting.calibrate_noise_multiplier(1.0, delta, 0.1, 10), "delta")
+  _raises(lambda: accounting.PrivacyLedger(delta=delta), "delta")
+
+
+@SETTINGS
+@given(z=NEGATIVE, q=st.sampled_from([0.1]))
+def test_accounting_noise_multiplier(z, q):
+  _raises(lambda: accounting.compute_epsilon(z, q, 10, 1e-5), "noise_multiplier")
+
+
+@SETTINGS
+@given(q=NOT_PROBABILITY)
+def test_accounting_sampling_rate(q):
+  _raises(lambda: accounting.compute_epsilon(1.0, q, 10, 1e-5), "sampling_rate")
+  _raises(lambda: PoissonSampler.create(100, q), "sampling_rate")
+
+
+@SETTINGS
+@given(rounds=NOT_COUNT)
+def test_accounting_rounds(rounds):
+  _raises(lambda: accounting.compute_epsilon(1.0, 0.1, rounds, 1e-5), "rounds")
+
+
+@SETTINGS
+@given(value=NOT_POSITIVE)
+def test_round_config_population_weight(value):
+  _raises(lambda: RoundConfig(population_weight=value), "population_weight")
+
+
+@SETTINGS
+@given(name=st.text(min_size=1, max_size=12).filter(
+    lambda s: s not in ("mlp", "cnn", "har_cnn", "linear")))
+def test_unknown_model(name):
+  _raises(lambda: create_model(name, (4,), 3), "model")
+
+
+@SETTINGS
+@given(alpha=NOT_POSITIVE)
+def test_dirichlet_alpha(alpha):
+  labels = np.arange(100) % 5
+  _raises(lambda: partition.dirichlet(labels, 4, alpha, 0), "alpha")
+
+
+@SETTINGS
+@given(num_clients=NOT_COUNT)
+def test_partition_num_clients(num_clients):
+  _raises(lambda: partition.iid(100, num_clients, 0), "num_clients")
+
+
+def test_mismatched_and_empty_shapes():
+  _raises(lambda: make_pooled_population(np.zeros((4, 2)), np.zeros(3), [1]), "pool_x")
+  _raises(lambda: make_pooled_population(np.zeros((4, 2)), np.zeros(4), []), "counts")
+  model = create_model("linear", (4,), 3)
+  _raises(lambda: make_client_update(model, None, batch_size=0, max_examples=4,
+                                     local_epochs=1), "batch_size")
