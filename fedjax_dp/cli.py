@@ -104,6 +104,9 @@ def _add_run_parser(sub) -> None:
   g.add_argument("--out", default=d.out,
                  help="output folder for metrics.jsonl, summary.json, curves.png")
   g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+  g.add_argument("--resume", default=None, metavar="DIR",
+                 help="continue the run whose --out was DIR from its newest checkpoint "
+                      "(written at every evaluation); its saved configuration is used")
 
 
 def _config_from_args(args):
@@ -127,7 +130,7 @@ def _config_from_args(args):
       target_epsilon=args.target_epsilon, delta=args.delta, clip_norm=args.clip_norm,
       record_sampling_rate=args.record_sampling_rate, accountant=args.accountant,
       eval_every=args.eval_every, seed=args.seed, devices=args.devices,
-      chunk_size=args.chunk_size, out=args.out)
+      chunk_size=args.chunk_size, out=args.out, resume=args.resume)
 
 
 def _split_host_cpu(devices: Optional[int]) -> None:

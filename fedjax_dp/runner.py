@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import time
 from typing import Any, Dict, List, Optional
 
@@ -20,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import algorithms as algos
+from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.federated import sharding
 from fedjax_dp.federated import (PopulationData, constant_schedule, make_device_evaluator,
                                  run_rounds)
@@ -70,6 +72,7 @@ class RunConfig:
   seed: int = 0
   devices: Optional[int] = None
   chunk_size: Optional[int] = None
+  resume: Optional[str] = None
   out: Optional[str] = "runs/latest"
 
   def validate(self) -> "RunConfig":
@@ -244,6 +247,16 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   from fedjax_dp.data import load_dataset  # deferred: keeps `import fedjax_dp` light
   cfg.validate()
   t_start = time.perf_counter()
+  checkpointer, saved = None, None
+  if cfg.resume:
+    # The configuration comes from the checkpoint: the run continues as it started.
+    checkpointer = RunCheckpointer(os.path.join(cfg.resume, "checkpoints"))
+    saved = checkpointer.restore_meta()
+    cfg = RunConfig(**{**saved["config"], "out": cfg.resume, "resume": None}).validate()
+  elif cfg.out:
+    # A fresh run replaces an earlier run's checkpoints in the same folder.
+    shutil.rmtree(os.path.join(cfg.out, "checkpoints"), ignore_errors=True)
+    checkpointer = RunCheckpointer(os.path.join(cfg.out, "checkpoints"))
   if data is None:
     data = load_dataset(cfg.dataset, partition=cfg.partition, num_clients=cfg.num_clients,
                         seed=cfg.seed, data_dir=cfg.data_dir)
@@ -256,6 +269,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
 
   root = jax.random.key(cfg.seed)
   state = alg.init(jax.random.fold_in(root, 1 << 20))
+  done_before = 0
+  saved_records: List[Dict[str, Any]] = []
+  if saved is not None:
+    state, meta = checkpointer.restore(state)
+    saved_records = meta["records"]
+    done_before = int(meta["rounds_done"])
   pop = sharding.replicate(
       PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh)
   ledger = None
@@ -269,6 +288,10 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
         delta=cfg.delta, privacy_unit="record" if alg.privacy.unit == "record-level"
         else "user", **sampling)
     accounting_fields = {"delta": cfg.delta, **sampling}
+    if saved_records:  # the restored rounds' events, so epsilon continues exactly
+      ledger.record_many([r["noise_multiplier"] for r in saved_records],
+                         [r["sampling_rate"] for r in saved_records],
+                         [r["dp_steps"] for r in saved_records])
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
   # Evaluation runs inside the compiled rounds (no host round trip).
@@ -283,17 +306,25 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   metrics_file = None
   if out:
     os.makedirs(out, exist_ok=True)
+    # Rewritten from the checkpoint on resume: rounds after it were lost with the run.
     metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
+    for rec in saved_records:
+      metrics_file.write(json.dumps(rec) + "\n")
+    metrics_file.flush()
   bar = None
   if progress:
     from tqdm.auto import tqdm
     bar = tqdm(total=cfg.rounds, desc=f"{alg.name} on {data.name}", unit="round")
   last = {"test_accuracy": float("nan")}
+  written: List[Dict[str, Any]] = list(saved_records)
+  if bar is not None:
+    bar.update(done_before)
 
   def on_round(r):
     rec = dict(r)
     rec["round"] = r["round"] + 1  # 1-based: the number of rounds completed
     rec.update(accounting_fields)
+    written.append(json_safe(rec))
     if metrics_file is not None:
       metrics_file.write(json.dumps(json_safe(rec)) + "\n")
       metrics_file.flush()
@@ -305,10 +336,23 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
                       eps=f"{r.get('epsilon', float('inf')):.2f}")
 
   try:
-    state, records = run_rounds(
-        alg.round_fn, state, pop, constant_schedule(alg.hparams, cfg.rounds), root,
-        rounds=cfg.rounds, block_size=cfg.eval_every, ledger=ledger,
-        eval_every=cfg.eval_every, device_evaluator=device_eval, on_round=on_round)
+    remaining = cfg.rounds - done_before
+
+    def on_block(s, done):
+      if checkpointer is not None:
+        checkpointer.save(done_before + done, s, {
+            "rounds_done": done_before + done, "config": dataclasses.asdict(cfg),
+            "records": written})
+
+    if remaining > 0:
+      state, records = run_rounds(
+          alg.round_fn, state, pop, constant_schedule(alg.hparams, remaining), root,
+          rounds=remaining, block_size=cfg.eval_every, ledger=ledger,
+          eval_every=cfg.eval_every, device_evaluator=device_eval, on_round=on_round,
+          on_block=on_block)
+    else:
+      records = []
+    records = [dict(r, round=r["round"] - 1) for r in saved_records] + records
   finally:
     if bar is not None:
       bar.close()

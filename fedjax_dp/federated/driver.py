@@ -177,7 +177,8 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
                eval_every: Optional[int] = None,
                device_evaluator: Optional[DeviceEvaluator] = None,
                on_round: Optional[Callable[[Dict[str, Any]], None]] = None,
-               block_fn: Optional[Callable] = None):
+               block_fn: Optional[Callable] = None,
+               on_block: Optional[Callable[[ServerState, int], None]] = None):
   """Runs ``rounds`` rounds in jitted blocks and streams one record per round.
 
   Args:
@@ -202,6 +203,8 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       inside the compiled block (no host round trip), so blocks may be long.
     on_round: callback receiving each round's record (dict) as blocks finish.
     block_fn: a precompiled `make_block_fn(round_fn)` to reuse across calls.
+    on_block: ``on_block(state, rounds_done)`` after each block's records were handed
+      to ``on_round`` (e.g. to checkpoint).
 
   Returns:
     ``(state, records)``; each record has the `RoundMetrics` fields plus
@@ -265,4 +268,6 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       records.append(r)
       if on_round is not None:
         on_round(r)
+    if on_block is not None:
+      on_block(state, done)
   return state, records

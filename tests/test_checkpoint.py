@@ -1,0 +1,116 @@
+"""Checkpoint and resume (issue 4, part 1): a resumed run equals the uninterrupted one,
+also after a real SIGKILL of the training process."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from fedjax_dp.checkpoint import RunCheckpointer
+from fedjax_dp.runner import RunConfig, run
+from fedjax_dp.validation import FedJaxDpError
+
+ARGS = ["--dataset", "synthetic", "--num-clients", "20", "--model", "linear", "--seed", "3"]
+
+
+def _metrics(out):
+  with open(os.path.join(out, "metrics.jsonl")) as f:
+    recs = [json.loads(line) for line in f]
+  for r in recs:
+    r.pop("wall_time_s")
+  return recs
+
+
+def _final_params(out, rounds):
+  ckpt = RunCheckpointer(os.path.join(out, "checkpoints"))
+  assert ckpt.latest() == rounds
+  meta = ckpt.restore_meta()
+  cfg = RunConfig(**{**meta["config"], "out": None})
+  from fedjax_dp.data import load_dataset
+  from fedjax_dp.models import create_model
+  from fedjax_dp.runner import build_algorithm
+  data = load_dataset(cfg.dataset, num_clients=cfg.num_clients, seed=cfg.seed)
+  model = create_model(cfg.model, data.feature_shape, data.num_classes)
+  alg = build_algorithm(cfg, model, data, cfg.noise_multiplier)
+  state, _ = ckpt.restore(alg.init(jax.random.key(0)))
+  return state
+
+
+def _assert_same_state(a, b):
+  assert int(a.round) == int(b.round)
+  for x, y in zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(b.params)):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_resume_after_a_lost_checkpoint_equals_the_straight_run(tmp_path):
+  cfg = RunConfig(dataset="synthetic", num_clients=20, model="linear", seed=3, rounds=20,
+                  eval_every=5, out=str(tmp_path / "a"))
+  straight = run(cfg, progress=False)
+  b = tmp_path / "b"
+  shutil.copytree(tmp_path / "a", b)
+  # The run "died" after round 15's checkpoint, having written more metrics lines.
+  shutil.rmtree(b / "checkpoints" / "20")
+  with open(b / "metrics.jsonl", "a") as f:
+    f.write('{"round": 99, "partial": true}\n')
+  resumed = run(RunConfig(resume=str(b)), progress=False)
+  assert _metrics(tmp_path / "a") == _metrics(b)
+  assert resumed.summary["epsilon_rdp"] == straight.summary["epsilon_rdp"]
+  assert resumed.summary["epsilon_pld"] == straight.summary["epsilon_pld"]
+  assert resumed.summary["final_test_accuracy"] == straight.summary["final_test_accuracy"]
+  _assert_same_state(straight.state, resumed.state)
+
+
+def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+  with pytest.raises(FedJaxDpError, match="no complete checkpoint"):
+    run(RunConfig(resume=str(tmp_path)), progress=False)
+
+
+def test_sigkill_mid_run_then_resume(tmp_path):
+  """A real training process is killed with SIGKILL while it runs (checkpointing every 2
+  rounds, so the kill often lands in a write); the newest complete checkpoint restores,
+  and the resumed run ends exactly where an uninterrupted run ends."""
+  rounds = 120
+  common = ARGS + ["--rounds", str(rounds), "--eval-every", "2", "--no-progress"]
+  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  killed = tmp_path / "killed"
+  proc = subprocess.Popen([sys.executable, "-m", "fedjax_dp.cli", "run", *common, "--out",
+                           str(killed)], env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  ckpt_dir = killed / "checkpoints"
+  deadline = time.time() + 300
+  while time.time() < deadline:
+    # Complete checkpoints only: orbax writes "<step>.orbax-checkpoint-tmp" first.
+    steps = [int(p) for p in os.listdir(ckpt_dir) if p.isdigit()] if ckpt_dir.exists() else []
+    if steps and max(steps) >= 20:
+      break
+    if proc.poll() is not None:
+      pytest.fail("the training process ended before it could be killed")
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL
+  ckpt = RunCheckpointer(str(ckpt_dir))
+  step = ckpt.latest()
+  assert step is not None and 20 <= step < rounds
+  assert ckpt.restore_meta()["rounds_done"] == step  # the previous checkpoint is readable
+  out = subprocess.run([sys.executable, "-m", "fedjax_dp.cli", "run", "--resume",
+                        str(killed), "--no-progress"], env=env, capture_output=True,
+                       text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-2000:]
+  straight = tmp_path / "straight"
+  out = subprocess.run([sys.executable, "-m", "fedjax_dp.cli", "run", *common, "--out",
+                        str(straight)], env=env, capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-2000:]
+  assert _metrics(killed) == _metrics(straight)
+  sk = json.load(open(killed / "summary.json"))
+  ss = json.load(open(straight / "summary.json"))
+  for k in ("epsilon_rdp", "epsilon_pld", "final_test_accuracy", "final_test_loss"):
+    assert sk[k] == ss[k], k
+  _assert_same_state(_final_params(str(killed), rounds), _final_params(str(straight), rounds))
