@@ -76,12 +76,13 @@ def _add_run_parser(sub) -> None:
   g.add_argument("--server-lr", type=float, default=d.server_learning_rate,
                  help="server learning rate")
   g = p.add_argument_group("privacy")
-  n = g.add_mutually_exclusive_group()
-  n.add_argument("--noise-multiplier", type=float, default=None,
+  g.add_argument("--noise-multiplier", type=float, default=None,
                  help=f"noise multiplier z: noise std = z * clip norm (default "
                       f"{d.noise_multiplier})")
-  n.add_argument("--target-epsilon", type=float, default=None,
-                 help="calibrate z so that --rounds rounds spend this epsilon")
+  g.add_argument("--target-epsilon", type=float, default=None,
+                 help="alone: calibrate z so that --rounds rounds spend this epsilon; "
+                      "with --noise-multiplier: budget guard, stop before the round that "
+                      "would take epsilon past it")
   g.add_argument("--delta", type=float, default=d.delta, help="delta of (epsilon, delta)-DP")
   g.add_argument("--clip-norm", type=float, default=d.clip_norm,
                  help="L2 clip norm: of each client's update (user level) or of each "
@@ -169,6 +170,11 @@ def _cmd_run(args) -> int:
           f"(RDP {s['epsilon_rdp']:.3f}, PLD {s['epsilon_pld']:.3f}); noise multiplier "
           f"{s['noise_multiplier']:.4g}, clip norm {s['clip_norm']}, sampling rate "
           f"{s['sampling_rate']:.4g}")
+  guard = s.get("budget_guard")
+  if guard and guard["stopped_early"]:
+    print(f"  budget guard: stopped after {guard['rounds_run']} of {guard['rounds_planned']} "
+          f"rounds: one more round would take epsilon (RDP) past the target "
+          f"{guard['target_epsilon']:g}; a checkpoint of the last round is saved")
   if s.get("privacy_note"):
     print(f"  note: {s['privacy_note']}")
   if cfg.out:

@@ -113,11 +113,10 @@ class RunConfig:
       raise FedJaxDpError("give local_epochs or local_steps.")
     if self.target_epsilon is not None:
       check_epsilon(self.target_epsilon, "target_epsilon")
-    elif self.noise_multiplier is None:
-      if self.algorithm != "fedavg":
-        raise FedJaxDpError("give noise_multiplier or target_epsilon.")
-    else:
+    if self.noise_multiplier is not None:
       check_non_negative("noise_multiplier", self.noise_multiplier)
+    elif self.target_epsilon is None and self.algorithm != "fedavg":
+      raise FedJaxDpError("give noise_multiplier or target_epsilon.")
     if self.record_sampling_rate is not None:
       check_probability("record_sampling_rate", self.record_sampling_rate)
     if self.num_clients is not None:
@@ -182,7 +181,7 @@ def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
   """
   if cfg.algorithm == "fedavg":
     return 0.0
-  if cfg.target_epsilon is None:
+  if cfg.noise_multiplier is not None:  # with target_epsilon too: the budget guard
     return float(cfg.noise_multiplier)
   record = cfg.algorithm == "dp_fedavg_record_level"
   q = probe.config["record_sampling_rate"] if record else probe.config["sampling_rate"]
@@ -192,6 +191,35 @@ def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
   return float(accounting.calibrate_noise_multiplier(
       cfg.target_epsilon, cfg.delta, q, cfg.rounds, steps_per_round=steps,
       sampler=probe.privacy.sampler, accountant=cfg.accountant, **kw))
+
+
+def budget_rounds(cfg: RunConfig, alg, ledger_kwargs: Dict[str, Any]) -> int:
+  """Budget guard: how many of ``cfg.rounds`` rounds fit in ``cfg.target_epsilon``.
+
+  A fresh `PrivacyLedger` like the run's records the planned rounds' events (the
+  algorithm's noise multiplier, sampling rate and DP steps); training stops before the
+  first round after which its epsilon (RDP, at ``cfg.delta``) would exceed the target.
+  RDP is never below PLD, so the guard is conservative for either accountant.
+
+  Raises:
+    FedJaxDpError: even the first round would exceed the target.
+  """
+  hp = alg.hparams
+  record = alg.privacy.unit == "record-level"
+  z = float(hp.client.record_noise_multiplier if record else hp.noise_multiplier)
+  q = float(hp.client.record_sampling_rate if record else hp.sampling_rate)
+  steps = int(alg.config.get("local_dp_steps", 1)) if record else 1
+  trial = accounting.PrivacyLedger(delta=cfg.delta, privacy_unit="record" if record
+                                   else "user", **ledger_kwargs)
+  eps = trial.record_many(np.full(cfg.rounds, z), np.full(cfg.rounds, q),
+                          np.full(cfg.rounds, steps))
+  allowed = int(np.sum(eps <= cfg.target_epsilon))  # eps grows with every round
+  if allowed == 0:
+    raise FedJaxDpError(
+        f"target_epsilon={cfg.target_epsilon} is below the epsilon of a single round "
+        f"({eps[0]:.4g} at delta={cfg.delta:g} with noise_multiplier={z:g}); raise it or "
+        "the noise multiplier.")
+  return allowed
 
 
 def _plot(records: List[Dict[str, Any]], path: str, title: str) -> None:
@@ -253,10 +281,6 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     checkpointer = RunCheckpointer(os.path.join(cfg.resume, "checkpoints"))
     saved = checkpointer.restore_meta()
     cfg = RunConfig(**{**saved["config"], "out": cfg.resume, "resume": None}).validate()
-  elif cfg.out:
-    # A fresh run replaces an earlier run's checkpoints in the same folder.
-    shutil.rmtree(os.path.join(cfg.out, "checkpoints"), ignore_errors=True)
-    checkpointer = RunCheckpointer(os.path.join(cfg.out, "checkpoints"))
   if data is None:
     data = load_dataset(cfg.dataset, partition=cfg.partition, num_clients=cfg.num_clients,
                         seed=cfg.seed, data_dir=cfg.data_dir)
@@ -292,6 +316,11 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       ledger.record_many([r["noise_multiplier"] for r in saved_records],
                          [r["sampling_rate"] for r in saved_records],
                          [r["dp_steps"] for r in saved_records])
+  planned = cfg.rounds
+  guarded = (ledger is not None and cfg.target_epsilon is not None and
+             cfg.noise_multiplier is not None)
+  if guarded:  # decided before anything is written
+    planned = budget_rounds(cfg, alg, sampling)
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
   # Evaluation runs inside the compiled rounds (no host round trip).
@@ -306,6 +335,11 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   metrics_file = None
   if out:
     os.makedirs(out, exist_ok=True)
+    if saved is None:
+      # A fresh run replaces an earlier run's checkpoints in the same folder (only now,
+      # after every check has passed).
+      shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
+      checkpointer = RunCheckpointer(os.path.join(out, "checkpoints"))
     # Rewritten from the checkpoint on resume: rounds after it were lost with the run.
     metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
     for rec in saved_records:
@@ -336,7 +370,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
                       eps=f"{r.get('epsilon', float('inf')):.2f}")
 
   try:
-    remaining = cfg.rounds - done_before
+    remaining = planned - done_before
 
     def on_block(s, done):
       if checkpointer is not None:
@@ -369,7 +403,11 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "dataset": data.name + (" (subset)" if data.is_subset else ""),
       "dataset_description": data.describe(),
       "model": model_name,
-      "rounds": cfg.rounds,
+      "rounds": len(records),
+      "budget_guard": ({"target_epsilon": cfg.target_epsilon, "rounds_planned": cfg.rounds,
+                        "rounds_run": len(records),
+                        "stopped_early": len(records) < cfg.rounds}
+                       if guarded else None),
       "final_test_accuracy": final["accuracy"],
       "final_test_loss": final["loss"],
       "majority_class_accuracy": data.majority_class_accuracy(),
@@ -388,7 +426,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "num_clients": data.num_clients,
       "devices": sharding.mesh_size(mesh),
       "wall_time_s": wall,
-      "time_per_round_s": (records[-1]["wall_time_s"] / cfg.rounds) if records else None,
+      "time_per_round_s": (records[-1]["wall_time_s"] / len(records)) if records else None,
       "steady_time_per_round_s": _steady_time_per_round(records),
       "config": dataclasses.asdict(cfg),
       "algorithm_config": alg.config,

@@ -114,3 +114,32 @@ def test_sigkill_mid_run_then_resume(tmp_path):
   for k in ("epsilon_rdp", "epsilon_pld", "final_test_accuracy", "final_test_loss"):
     assert sk[k] == ss[k], k
   _assert_same_state(_final_params(str(killed), rounds), _final_params(str(straight), rounds))
+
+
+def test_budget_guard_stops_before_the_round_that_would_pass_the_target(tmp_path):
+  """Fixed z with --target-epsilon: the ledger decides; the run stops after T rounds
+  with eps(T) <= E < eps(T + 1), saves a checkpoint of round T and says so."""
+  from fedjax_dp import cli
+  from fedjax_dp.privacy import accounting
+  out = tmp_path / "g"
+  rc = cli.main(["run", *ARGS, "--rounds", "40", "--noise-multiplier", "2",
+                 "--target-epsilon", "3", "--no-progress", "--out", str(out)])
+  assert rc == 0
+  s = json.load(open(out / "summary.json"))
+  t = s["budget_guard"]["rounds_run"]
+  assert s["budget_guard"] == {"target_epsilon": 3.0, "rounds_planned": 40, "rounds_run": t,
+                               "stopped_early": True}
+  q = s["sampling_rate"]
+  assert accounting.compute_epsilon(2.0, q, t, 1e-3) <= 3.0
+  assert accounting.compute_epsilon(2.0, q, t + 1, 1e-3) > 3.0
+  assert s["rounds"] == t == len(_metrics(out)) and s["epsilon_rdp"] <= 3.0
+  assert RunCheckpointer(str(out / "checkpoints")).latest() == t
+  assert s["privacy_unit"] == "user-level" and s["accountant"] == "rdp"
+
+
+def test_budget_guard_below_one_round_is_a_clear_error(tmp_path, capsys):
+  from fedjax_dp import cli
+  rc = cli.main(["run", *ARGS, "--rounds", "5", "--noise-multiplier", "0.5",
+                 "--target-epsilon", "0.01", "--no-progress", "--out", str(tmp_path / "x")])
+  assert rc == 2
+  assert "target_epsilon=0.01 is below the epsilon of a single round" in capsys.readouterr().err
