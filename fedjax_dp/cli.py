@@ -178,7 +178,8 @@ def _cmd_run(args) -> int:
   if s.get("privacy_note"):
     print(f"  note: {s['privacy_note']}")
   if cfg.out:
-    print(f"  outputs: {cfg.out}/metrics.jsonl, summary.json, curves.png")
+    print(f"  outputs: {cfg.out}/metrics.jsonl, summary.json, curves.png, checkpoints/ "
+          f"(resume a killed run with --resume {cfg.out})")
   return 0
 
 
