@@ -177,9 +177,10 @@ def _cmd_run(args) -> int:
           f"{guard['target_epsilon']:g}; a checkpoint of the last round is saved")
   if s.get("privacy_note"):
     print(f"  note: {s['privacy_note']}")
-  if cfg.out:
-    print(f"  outputs: {cfg.out}/metrics.jsonl, summary.json, curves.png, checkpoints/ "
-          f"(resume a killed run with --resume {cfg.out})")
+  out = s["config"]["out"]  # on --resume, the resumed run's folder
+  if out:
+    print(f"  outputs: {out}/metrics.jsonl, summary.json, curves.png, checkpoints/ "
+          f"(resume a killed run with --resume {out})")
   return 0
 
 
