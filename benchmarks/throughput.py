@@ -19,7 +19,6 @@ import importlib.metadata as md
 import os
 import time
 
-import numpy as np
 
 from benchmarks import common, workloads
 

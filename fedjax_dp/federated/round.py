@@ -38,7 +38,8 @@ import optax
 
 from fedjax_dp.federated import aggregation, chunking, keys as keylib, server, sharding
 from fedjax_dp.federated.client import ClientHParams
-from fedjax_dp.federated.population import PooledPopulation, PopulationData, gather_clients
+from fedjax_dp.federated.population import (  # PopulationData: re-exported here
+    PooledPopulation, PopulationData, gather_clients)
 from fedjax_dp.privacy import clipping, noise
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
