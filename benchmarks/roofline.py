@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 
 from benchmarks import common, workloads
@@ -187,9 +186,8 @@ def main(argv=None):
                  help="JAX CPU devices (one per core by default)")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
-  if "jax" not in sys.modules:  # must precede JAX's initialisation
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_force_host_platform_device_count={a.devices}")
+  from fedjax_dp.federated.sharding import split_host_cpu
+  split_host_cpu(a.devices)  # before JAX's first computation
   common.emit(run(a.quick, a.max_bytes), a.out)
 
 

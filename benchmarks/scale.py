@@ -70,10 +70,8 @@ def worker(k: int, rounds: int, population: int, chunk_size=None) -> dict:
 def run(cohorts=(1000, 3000, 10000), rounds: int = 2, population: int = POPULATION,
         devices: int | None = None) -> dict:
   """Runs each cohort size in a fresh subprocess and collects the records."""
-  env = dict(os.environ)
-  devices = devices or os.cpu_count() or 1
-  env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") +
-                      f" --xla_force_host_platform_device_count={devices}")
+  from fedjax_dp.federated.sharding import split_host_cpu
+  env = split_host_cpu(devices, dict(os.environ))
   results = []
   for k in cohorts:
     out = subprocess.run(

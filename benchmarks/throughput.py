@@ -96,9 +96,8 @@ def main(argv=None):
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
-  if "jax" not in __import__("sys").modules:  # must precede JAX's initialisation
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                               f" --xla_force_host_platform_device_count={a.devices}")
+  from fedjax_dp.federated.sharding import split_host_cpu
+  split_host_cpu(a.devices)  # before JAX's first computation
   rec = run(workloads.WORKLOADS[a.workload], a.chunk_size, a.timed_rounds, a.warmup_rounds,
             a.seed)
   common.emit(rec, a.out)

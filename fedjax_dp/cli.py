@@ -134,23 +134,11 @@ def _config_from_args(args):
       chunk_size=args.chunk_size, out=args.out, resume=args.resume)
 
 
-def _split_host_cpu(devices: Optional[int]) -> None:
-  """One JAX CPU device per core (or ``devices``), so that the sharded round keeps every
-  core busy with its own clients; a no-op once JAX has started its backends, or when
-  the user's XLA_FLAGS already choose a device count."""
-  import os
-  flags = os.environ.get("XLA_FLAGS", "")
-  if "xla_force_host_platform_device_count" in flags:
-    return
-  count = devices or os.cpu_count() or 1
-  if count > 1:
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
-
-
 def _cmd_run(args) -> int:
   from fedjax_dp.runner import run
   cfg = _config_from_args(args).validate()
-  _split_host_cpu(cfg.devices)
+  from fedjax_dp.federated.sharding import split_host_cpu
+  split_host_cpu(cfg.devices)  # one JAX CPU device per core (before JAX starts)
   result = run(cfg, progress=not args.no_progress)
   s = result.summary
   eps = s["epsilon"]

@@ -66,16 +66,22 @@ def replicate(tree, mesh: Optional[jax.sharding.Mesh]):
   return jax.device_put(tree, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
 
 
-def host_device_count_flag(count: Optional[int] = None) -> str:
-  """The ``XLA_FLAGS`` entry that splits the host CPU into ``count`` JAX devices
-  (default: one per core), e.g. ``--xla_force_host_platform_device_count=2``.
+def split_host_cpu(count: Optional[int] = None, env=None):
+  """Adds ``--xla_force_host_platform_device_count=count`` (default: one per core) to
+  ``XLA_FLAGS`` in ``env`` (default ``os.environ``) unless a device count is already
+  set there; returns ``env``.
 
   On a CPU, XLA runs the small matmuls of local training at a fraction of the dense
   matmul rate when it spreads each one over all cores; one device per core, with the
   cohort sharded over them (`client_mesh`), keeps every core busy with its own
-  clients (about 2x on the 2-core benchmark machine, see benchmarks/RESULTS.md). The
-  flag must be in the environment before JAX initialises its backends.
+  clients (about 2x on the 2-core benchmark machine, see benchmarks/RESULTS.md). It
+  takes effect only if called before JAX initialises its backends (importing jax is
+  fine; the first computation or ``jax.devices()`` is too late).
   """
   import os
+  env = os.environ if env is None else env
+  flags = env.get("XLA_FLAGS", "")
   count = (os.cpu_count() or 1) if count is None else int(count)
-  return f"--xla_force_host_platform_device_count={count}"
+  if "xla_force_host_platform_device_count" not in flags and count > 1:
+    env["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={count}".strip()
+  return env

@@ -117,3 +117,11 @@ def test_mesh_helpers():
 
 if __name__ == "__main__":
   _check()
+
+
+def test_split_host_cpu_adds_the_flag_once():
+  from fedjax_dp.federated.sharding import split_host_cpu
+  env = split_host_cpu(3, {"XLA_FLAGS": "--xla_foo=1"})
+  assert env["XLA_FLAGS"] == "--xla_foo=1 --xla_force_host_platform_device_count=3"
+  assert split_host_cpu(5, dict(env))["XLA_FLAGS"] == env["XLA_FLAGS"]  # user's choice kept
+  assert "XLA_FLAGS" not in split_host_cpu(1, {})  # one device: nothing to split
