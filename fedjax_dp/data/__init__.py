@@ -19,12 +19,13 @@ from fedjax_dp.data import partition  # the module: partition.partition(x, y, me
 from fedjax_dp.data.partition import (dirichlet, iid, natural, quantity_skew, shards,
                                       split_clients)
 from fedjax_dp.data.registry import DATASET_NAMES, DatasetInfo, list_datasets, load_dataset
-from fedjax_dp.data.sources.errors import DatasetNotAvailableError
+from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.synthetic import make_synthetic
 
 __all__ = [
     "DATASET_NAMES",
     "DatasetInfo",
+    "DataFileError",
     "DatasetNotAvailableError",
     "FederatedData",
     "dirichlet",

@@ -39,7 +39,7 @@ DEFAULT_QUANTITY_SKEW_SIGMA = 1.0
 DEFAULT_SHARDS_PER_CLIENT = 2
 
 _PARTITION_KWARGS = ("alpha", "sigma", "min_size", "shards_per_client")
-_COMMON_KWARGS = ("client_test_fraction",)
+_COMMON_KWARGS = ("client_test_fraction", "verify_checksums")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,10 +170,12 @@ def list_datasets(data_dir: Optional[str] = None) -> List[DatasetInfo]:
 
 def _load_central(name: str, data_dir: Optional[str], seed: int,
                   kw: Dict[str, Any]) -> CentralData:
+  verify = kw.get("verify_checksums", True)
   if name == "fashion_mnist":
-    return fashion_mnist.load_fashion_mnist(data_dir)
+    return fashion_mnist.load_fashion_mnist(data_dir, verify=verify)
   if name == "mnist":
-    return mnist.load_mnist(data_dir, seed=seed, allow_subset=kw.get("allow_subset", True))
+    return mnist.load_mnist(data_dir, seed=seed, allow_subset=kw.get("allow_subset", True),
+                            verify=verify)
   if name == "emnist":
     return tfds_source.load_tfds(tfds_source.tfds_name_for("emnist", kw.get("config")),
                                  data_dir=data_dir, name="emnist")
@@ -215,7 +217,9 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
     **kw: partition parameters ``alpha``, ``sigma``, ``min_size``,
       ``shards_per_client``; ``client_test_fraction`` (hold out that fraction of
       each client's examples as ``client_test_*``; har has its own leak-free split,
-      set by ``test_fraction``); and per-dataset options: har ``test_fraction``,
+      set by ``test_fraction``); ``verify_checksums`` (default True: check every
+      published checksum of the files read, see `sources.integrity`); and per-dataset
+      options: har ``test_fraction``,
       ``cache_dir``, ``use_cache``; mnist ``allow_subset``; emnist ``config``;
       synthetic ``examples_per_client``, ``feature_shape``, ``num_classes``,
       ``class_sep``, ``noise``, ``label_alpha``, ``num_test``.
@@ -229,6 +233,7 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
       keyword, natural partition on data without users, invalid values.
     DatasetNotAvailableError: if the data is not on this machine; the message says
       how to get it.
+    DataFileError: if a data file is truncated, corrupted or fails its checksum.
   """
   entry = _check_name(name)
   allowed_kw = set(_PARTITION_KWARGS) | set(_COMMON_KWARGS) | set(entry.extra_kwargs)
@@ -253,7 +258,8 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
             f"har has {har.NUM_SUBJECTS} natural clients (subjects); got num_clients="
             f"{num_clients}. Use num_clients=None, or another partition to re-split.")
       fd = har.load_har(test_fraction=kw.get("test_fraction", 0.2),
-                        cache_dir=kw.get("cache_dir"), use_cache=kw.get("use_cache", True))
+                        cache_dir=kw.get("cache_dir"), use_cache=kw.get("use_cache", True),
+                        verify=kw.get("verify_checksums", True))
     else:
       syn_kw = {k: kw[k] for k in entry.extra_kwargs if k in kw}
       if method == "natural":

@@ -38,7 +38,7 @@ def test_unknown_partition_and_keyword():
 
 def test_natural_partition_refused_without_users(isolated_data_env, fake_mnist_dir):
   with pytest.raises(FedJaxDpError, match="'fashion_mnist' has no natural clients.*iid"):
-    data.load_dataset("fashion_mnist", partition="natural", data_dir=fake_mnist_dir[0])
+    data.load_dataset("fashion_mnist", verify_checksums=False, partition="natural", data_dir=fake_mnist_dir[0])
 
 
 def test_list_datasets_fields_and_availability(isolated_data_env):
@@ -68,7 +68,7 @@ def test_image_defaults_dirichlet_100_clients_and_central_test(isolated_data_env
                                                               write_fake_mnist):
   d = str(isolated_data_env / "fm")
   arrays = write_fake_mnist(d, n_train=600, n_test=40)
-  fd = data.load_dataset("fashion_mnist", data_dir=d)
+  fd = data.load_dataset("fashion_mnist", verify_checksums=False, data_dir=d)
   assert fd.partition == "dirichlet" and fd.num_clients == registry.DEFAULT_IMAGE_NUM_CLIENTS
   assert registry.DEFAULT_IMAGE_NUM_CLIENTS == 100 and registry.DEFAULT_IMAGE_ALPHA == 0.5
   assert fd.counts.sum() == 600 and fd.counts.min() >= 1
@@ -81,7 +81,7 @@ def test_image_defaults_dirichlet_100_clients_and_central_test(isolated_data_env
     ("quantity_skew", {"alpha": 0.5}), ("quantity_skew", {}),
 ])
 def test_image_partitions(isolated_data_env, fake_mnist_dir, partition, kw):
-  fd = data.load_dataset("fashion_mnist", partition=partition, num_clients=12, seed=3,
+  fd = data.load_dataset("fashion_mnist", verify_checksums=False, partition=partition, num_clients=12, seed=3,
                          data_dir=fake_mnist_dir[0], **kw)
   assert fd.partition == partition and fd.num_clients == 12
   assert fd.counts.sum() == 60
@@ -91,15 +91,15 @@ def test_image_partitions(isolated_data_env, fake_mnist_dir, partition, kw):
 
 
 def test_seed_changes_partition(isolated_data_env, fake_mnist_dir):
-  a = data.load_dataset("fashion_mnist", num_clients=5, seed=0, data_dir=fake_mnist_dir[0])
-  b = data.load_dataset("fashion_mnist", num_clients=5, seed=0, data_dir=fake_mnist_dir[0])
-  c = data.load_dataset("fashion_mnist", num_clients=5, seed=1, data_dir=fake_mnist_dir[0])
+  a = data.load_dataset("fashion_mnist", verify_checksums=False, num_clients=5, seed=0, data_dir=fake_mnist_dir[0])
+  b = data.load_dataset("fashion_mnist", verify_checksums=False, num_clients=5, seed=0, data_dir=fake_mnist_dir[0])
+  c = data.load_dataset("fashion_mnist", verify_checksums=False, num_clients=5, seed=1, data_dir=fake_mnist_dir[0])
   np.testing.assert_array_equal(a.y, b.y)
   assert not np.array_equal(a.counts, c.counts) or not np.array_equal(a.y, c.y)
 
 
 def test_client_test_fraction(isolated_data_env, fake_mnist_dir):
-  fd = data.load_dataset("fashion_mnist", partition="iid", num_clients=6,
+  fd = data.load_dataset("fashion_mnist", verify_checksums=False, partition="iid", num_clients=6,
                          data_dir=fake_mnist_dir[0], client_test_fraction=0.2)
   np.testing.assert_array_equal(fd.client_test_counts, [2] * 6)
   np.testing.assert_array_equal(fd.counts, [8] * 6)
@@ -108,7 +108,7 @@ def test_client_test_fraction(isolated_data_env, fake_mnist_dir):
 def test_missing_dataset_error(isolated_data_env):
   with pytest.raises(data.DatasetNotAvailableError, match="apt-get install -y "
                      "dataset-fashion-mnist"):
-    data.load_dataset("fashion_mnist", data_dir=str(isolated_data_env / "none"))
+    data.load_dataset("fashion_mnist", verify_checksums=False, data_dir=str(isolated_data_env / "none"))
   with pytest.raises(data.DatasetNotAvailableError, match="'cifar10' is not prepared"):
     data.load_dataset("cifar10", data_dir=str(isolated_data_env / "none"))
 

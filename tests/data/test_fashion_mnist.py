@@ -27,7 +27,7 @@ def _check_matches(data, arrays):
 
 def test_loads_from_data_dir(isolated_data_env, fake_mnist_dir):
   d, arrays = fake_mnist_dir
-  data = fashion_mnist.load_fashion_mnist(data_dir=d)
+  data = fashion_mnist.load_fashion_mnist(data_dir=d, verify=False)
   _check_matches(data, arrays)
   assert d in data.source
   assert fashion_mnist.locate(d) == d
@@ -39,7 +39,7 @@ def test_loads_from_env_var_subdirectory(isolated_data_env, write_fake_mnist, mo
   base = isolated_data_env / "datasets"
   arrays = write_fake_mnist(str(base / sub), compress=False, n_train=30, n_test=10)
   monkeypatch.setenv("FEDJAX_DP_DATA_DIR", str(base))
-  data = fashion_mnist.load_fashion_mnist()
+  data = fashion_mnist.load_fashion_mnist(verify=False)
   _check_matches(data, arrays)
   assert os.path.join(str(base), sub) in data.source
 
@@ -48,7 +48,7 @@ def test_explicit_data_dir_wins_over_env_var(isolated_data_env, write_fake_mnist
   a = write_fake_mnist(str(isolated_data_env / "a"), n_train=20, n_test=10, seed=1)
   write_fake_mnist(str(isolated_data_env / "b"), n_train=40, n_test=10, seed=2)
   monkeypatch.setenv("FEDJAX_DP_DATA_DIR", str(isolated_data_env / "b"))
-  data = fashion_mnist.load_fashion_mnist(data_dir=str(isolated_data_env / "a"))
+  data = fashion_mnist.load_fashion_mnist(data_dir=str(isolated_data_env / "a"), verify=False)
   _check_matches(data, a)
 
 
@@ -57,13 +57,13 @@ def test_dotted_file_names_accepted(isolated_data_env, write_fake_mnist):
   arrays = write_fake_mnist(str(d), compress=False)
   for f in os.listdir(d):
     os.rename(d / f, d / f.replace("-idx", ".idx"))
-  _check_matches(fashion_mnist.load_fashion_mnist(data_dir=str(d)), arrays)
+  _check_matches(fashion_mnist.load_fashion_mnist(data_dir=str(d), verify=False), arrays)
 
 
 def test_missing_data_error_says_how_to_get_it(isolated_data_env):
   d = str(isolated_data_env / "nothing_here")
   with pytest.raises(DatasetNotAvailableError) as e:
-    fashion_mnist.load_fashion_mnist(data_dir=d)
+    fashion_mnist.load_fashion_mnist(data_dir=d, verify=False)
   msg = str(e.value)
   assert isinstance(e.value, FedJaxDpError)
   assert "apt-get install -y dataset-fashion-mnist" in msg
@@ -78,7 +78,7 @@ def test_corrupt_file_is_reported_not_skipped(isolated_data_env, fake_mnist_dir)
   with open(p, "wb") as f:
     f.write(b"garbage!")
   with pytest.raises(FedJaxDpError, match="t10k-labels-idx1-ubyte.gz"):
-    fashion_mnist.load_fashion_mnist(data_dir=d)
+    fashion_mnist.load_fashion_mnist(data_dir=d, verify=False)
 
 
 def test_mismatched_counts_rejected(isolated_data_env, fake_mnist_dir):
@@ -86,7 +86,7 @@ def test_mismatched_counts_rejected(isolated_data_env, fake_mnist_dir):
   d, _ = fake_mnist_dir
   write_idx(os.path.join(d, "train-labels-idx1-ubyte.gz"), np.zeros(5, np.uint8), True)
   with pytest.raises(FedJaxDpError, match="train IDX files disagree"):
-    fashion_mnist.load_fashion_mnist(data_dir=d)
+    fashion_mnist.load_fashion_mnist(data_dir=d, verify=False)
 
 
 @pytest.fixture(scope="module")

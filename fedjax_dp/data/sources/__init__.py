@@ -7,6 +7,6 @@ directories), `synthetic` (generated), plus the `idx` file reader, the restricte
 """
 
 from fedjax_dp.data.sources.central import CentralData
-from fedjax_dp.data.sources.errors import DatasetNotAvailableError
+from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 
-__all__ = ["CentralData", "DatasetNotAvailableError"]
+__all__ = ["CentralData", "DataFileError", "DatasetNotAvailableError"]

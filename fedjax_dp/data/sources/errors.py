@@ -10,3 +10,10 @@ class DatasetNotAvailableError(FedJaxDpError):
 
   The message names the dataset, the places searched and how to get the data.
   """
+
+
+class DataFileError(FedJaxDpError):
+  """A data file is truncated, corrupted, of the wrong format, or fails its checksum.
+
+  The message names the file, what is wrong with it and how to replace it.
+  """

