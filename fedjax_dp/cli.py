@@ -27,7 +27,7 @@ def _defaults():
   return _D
 
 
-def _add_run_parser(sub) -> None:
+def _add_run_parser(sub) -> argparse.ArgumentParser:
   d = _defaults()
   from fedjax_dp.algorithms import ALGORITHMS
   p = sub.add_parser(
@@ -108,35 +108,74 @@ def _add_run_parser(sub) -> None:
   g.add_argument("--resume", default=None, metavar="DIR",
                  help="continue the run whose --out was DIR from its newest checkpoint "
                       "(written at every evaluation); its saved configuration is used")
+  g.add_argument("--config", default=None, metavar="FILE",
+                 help="read options from a .json or .toml file of RunConfig fields "
+                      "(e.g. rounds = 100, clip_norm = 0.5), or from an earlier run's "
+                      "summary.json; options given on the command line override it; "
+                      "unknown keys are an error")
+  g.add_argument("--no-verify-checksums", dest="verify_checksums", action="store_false",
+                 help="load data files even when they fail their published checksums "
+                      "(for knowingly modified files)")
+  return p
 
 
-def _config_from_args(args):
-  from fedjax_dp.runner import RunConfig
+# argparse destination -> RunConfig field, where the two differ (others are equal).
+_FIELD_FOR_DEST = {"client_lr": "client_learning_rate", "server_lr": "server_learning_rate"}
+_NOT_FIELDS = ("command", "config", "no_progress")
+
+
+def _explicit_dests(run_parser: argparse.ArgumentParser, argv: List[str]) -> set:
+  """The ``run`` options the user actually typed (argparse fills in the rest)."""
+  saved = [(a, a.default) for a in run_parser._actions]
+  try:
+    for a, _ in saved:
+      a.default = argparse.SUPPRESS
+    ns = argparse.Namespace()
+    run_parser.parse_known_args(argv[argv.index("run") + 1:], ns)
+  finally:
+    for a, default in saved:
+      a.default = default
+  return set(vars(ns))
+
+
+def _config_from_args(args, explicit: Optional[set] = None):
+  """The `RunConfig` of ``fedjax-dp run``: defaults < ``--config FILE`` < flags typed.
+
+  ``explicit`` holds the argparse destinations given on the command line (None: all).
+  Of the exclusive pairs (clients_per_round | sampling_rate) and (noise_multiplier |
+  target_epsilon calibration) the defaults fill in only when neither is given.
+  """
+  from fedjax_dp.runner import RunConfig, load_config_file
   d = _defaults()
-  sampling_rate = args.sampling_rate
-  if args.clients_per_round is None and sampling_rate is None:
-    sampling_rate = d.sampling_rate
-  noise = args.noise_multiplier
-  if noise is None and args.target_epsilon is None:
-    noise = d.noise_multiplier
-  return RunConfig(
-      algorithm=args.algorithm, dataset=args.dataset, partition=args.partition,
-      num_clients=args.num_clients, data_dir=args.data_dir, model=args.model,
-      rounds=args.rounds, clients_per_round=args.clients_per_round,
-      sampling_rate=sampling_rate, sampler=args.sampler,
-      local_epochs=args.local_epochs, local_steps=args.local_steps,
-      batch_size=args.batch_size, client_optimizer=args.client_optimizer,
-      client_learning_rate=args.client_lr, server_optimizer=args.server_optimizer,
-      server_learning_rate=args.server_lr, noise_multiplier=noise,
-      target_epsilon=args.target_epsilon, delta=args.delta, clip_norm=args.clip_norm,
-      record_sampling_rate=args.record_sampling_rate, accountant=args.accountant,
-      eval_every=args.eval_every, seed=args.seed, devices=args.devices,
-      chunk_size=args.chunk_size, out=args.out, resume=args.resume)
+  values = {}
+  if args.config:
+    table = load_config_file(args.config)
+    checked = RunConfig.from_dict(table, f"config file {args.config!r}")  # keys, types
+    given = {_FIELD_FOR_DEST.get(k.replace("-", "_"), k.replace("-", "_")) for k in table}
+    values = {k: v for k, v in vars(checked).items() if k in given}
+  cli = {_FIELD_FOR_DEST.get(k, k): v for k, v in vars(args).items()
+         if k not in _NOT_FIELDS and (explicit is None or k in explicit)}
+  if explicit is None:  # no record of what was typed: treat argparse's None as unset
+    cli = {k: v for k, v in cli.items() if v is not None or k not in (
+        "clients_per_round", "sampling_rate", "noise_multiplier", "target_epsilon")}
+  if "clients_per_round" in cli and "sampling_rate" not in cli:
+    values.pop("sampling_rate", None)
+  if "sampling_rate" in cli and "clients_per_round" not in cli:
+    values.pop("clients_per_round", None)
+  values.update(cli)
+  if values.get("clients_per_round") is None and values.get("sampling_rate") is None:
+    values["sampling_rate"] = d.sampling_rate
+  if "clients_per_round" in values and "sampling_rate" not in values:
+    values["sampling_rate"] = None
+  if values.get("noise_multiplier") is None:
+    values["noise_multiplier"] = (d.noise_multiplier if values.get("target_epsilon") is None
+                                  else None)
+  return RunConfig(**values)
 
 
-def _cmd_run(args) -> int:
+def _cmd_run(args, explicit: Optional[set] = None) -> int:
   from fedjax_dp.runner import run
-  cfg = _config_from_args(args).validate()
+  cfg = _config_from_args(args, explicit).validate()
   from fedjax_dp.federated.sharding import split_host_cpu
   split_host_cpu(cfg.devices)  # one JAX CPU device per core (before JAX starts)
   result = run(cfg, progress=not args.no_progress)
@@ -236,7 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
       prog="fedjax-dp",
       description="fedjax_dp: fast simulation of differentially private federated learning")
   sub = parser.add_subparsers(dest="command", required=True)
-  _add_run_parser(sub)
+  parser.run_parser = _add_run_parser(sub)
   au = sub.add_parser(
       "audit", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
       help="empirical privacy audit of the DP-FedAvg aggregation with a canary client",
@@ -259,16 +298,31 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[List[str]] = None) -> int:
   parser = build_parser()
+  argv = sys.argv[1:] if argv is None else list(argv)
   args = parser.parse_args(argv)
   try:
     if args.command == "run":
-      return _cmd_run(args)
+      return _cmd_run(args, _explicit_dests(parser.run_parser, argv))
     if args.command == "audit":
       return _cmd_audit(args)
     return _cmd_datasets(args)
   except FedJaxDpError as e:  # a user's mistake: one clear line, no traceback
-    print(f"fedjax-dp: error: {e}", file=sys.stderr)
+    print(f"fedjax-dp: error: {e}{_flag_hint(parser, args, str(e))}", file=sys.stderr)
     return 2
+
+
+def _flag_hint(parser: argparse.ArgumentParser, args, message: str) -> str:
+  """`` (option --client-lr)`` when ``message`` is a check of one RunConfig field
+  (``"<field> must ..."`` or ``"unknown <field> ..."``)."""
+  if args.command != "run":
+    return ""
+  for action in parser.run_parser._actions:
+    field = _FIELD_FOR_DEST.get(action.dest, action.dest)
+    flags = [o for o in action.option_strings if o.startswith("--")]
+    if flags and field not in _NOT_FIELDS and (
+        message.startswith(field + " must") or message.startswith(f"unknown {field} ")):
+      return f" (option {flags[0]})"
+  return ""
 
 
 if __name__ == "__main__":

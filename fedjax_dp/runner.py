@@ -9,12 +9,15 @@ flushed as rounds finish), and writes ``summary.json`` and ``curves.png``.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
 import shutil
 import time
-from typing import Any, Dict, List, Optional
+import tomllib
+import typing
+from typing import Any, Dict, List, Mapping, Optional
 
 import jax
 import jax.numpy as jnp
@@ -30,6 +33,9 @@ from fedjax_dp.privacy import accounting
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)
+
+CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
+SAMPLERS = ("poisson", "fixed_size")
 
 DEFAULT_MODELS = {"har": "har_cnn", "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn",
                   "cifar10": "cnn", "synthetic": "mlp"}
@@ -74,6 +80,44 @@ class RunConfig:
   chunk_size: Optional[int] = None
   resume: Optional[str] = None
   out: Optional[str] = "runs/latest"
+  verify_checksums: bool = True
+
+  @classmethod
+  def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
+    """A `RunConfig` from a mapping of option names to values (e.g. a config file).
+
+    Keys are the field names above; dashes may stand for underscores, and the
+    command-line spellings ``client_lr`` / ``server_lr`` are accepted. Fields not given
+    keep their defaults. The result is not validated yet (call `validate`).
+
+    Args:
+      values: option name -> value (JSON/TOML types: int, float, str, bool or None).
+      source: what the mapping came from, for error messages (e.g. a file name).
+
+    Raises:
+      FedJaxDpError: an unknown key (with the closest known one and the full list), or
+        a value of the wrong type (naming the key, the type found and the one allowed).
+    """
+    if not isinstance(values, Mapping):
+      raise FedJaxDpError(f"{source}: expected a table of options, got "
+                          f"{type(values).__name__}.")
+    hints = typing.get_type_hints(cls)
+    fields = [f.name for f in dataclasses.fields(cls)]
+    out = {}
+    for raw_key, value in values.items():
+      key = _CONFIG_ALIASES.get(str(raw_key).replace("-", "_"),
+                                str(raw_key).replace("-", "_"))
+      if key not in fields:
+        close = difflib.get_close_matches(key, fields, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise FedJaxDpError(
+            f"{source}: unknown key {raw_key!r}{hint}. Allowed keys: {', '.join(fields)}.")
+      if key in out:
+        raise FedJaxDpError(f"{source}: option {key!r} is given twice.")
+      _check_config_type(source, key, value, hints[key])
+      out[key] = float(value) if hints[key] in (float, Optional[float]) and \
+          value is not None else value
+    return cls(**out)
 
   def validate(self) -> "RunConfig":
     """Checks every field (before any data is loaded or anything compiled).
@@ -81,7 +125,22 @@ class RunConfig:
     Raises:
       FedJaxDpError: naming the option, the value and what is allowed.
     """
+    from fedjax_dp.data import partition as partition_lib
+    from fedjax_dp.federated.server import SERVER_OPTIMIZERS
+    from fedjax_dp.models import MODEL_NAMES
     check_choice("algorithm", self.algorithm, sorted(algos.ALGORITHMS))
+    if not isinstance(self.dataset, str) or not self.dataset:
+      raise FedJaxDpError(f"dataset must be a dataset name, got {self.dataset!r}.")
+    if self.partition is not None:
+      check_choice("partition", self.partition, partition_lib.METHODS)
+    if self.model is not None:
+      check_choice("model", self.model, MODEL_NAMES)
+    check_choice("sampler", self.sampler, SAMPLERS)
+    check_choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
+    check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
+    check_choice("accountant", self.accountant, ("rdp", "pld"))
+    if self.algorithm != "dp_fedavg_record_level":  # record level: examples, Poisson
+      accounting.check_accountant_supports(self.accountant, self.sampler)
     check_int("rounds", self.rounds, minimum=1)
     check_int("batch_size", self.batch_size, minimum=1)
     check_int("eval_every", self.eval_every, minimum=1)
@@ -89,7 +148,7 @@ class RunConfig:
       check_int("devices", self.devices, minimum=1)
     if self.chunk_size is not None:
       check_int("chunk_size", self.chunk_size, minimum=1)
-    check_int("seed", self.seed, minimum=0)
+    check_int("seed", self.seed, minimum=0, maximum=2**32 - 1)
     check_choice("accountant", self.accountant, ("rdp", "pld"))
     check_delta(self.delta)
     check_positive("clip_norm", self.clip_norm)
@@ -121,7 +180,98 @@ class RunConfig:
       check_probability("record_sampling_rate", self.record_sampling_rate)
     if self.num_clients is not None:
       check_int("num_clients", self.num_clients, minimum=1)
+    if self.data_dir is not None and not os.path.isdir(os.path.expanduser(self.data_dir)):
+      raise FedJaxDpError(f"data_dir must be an existing directory, got {self.data_dir!r} "
+                          "(it would silently be skipped in the search for the data).")
+    if self.resume is not None and not os.path.isdir(
+        os.path.join(os.path.expanduser(self.resume), "checkpoints")):
+      raise FedJaxDpError(f"resume must be the output folder of an earlier run (one that "
+                          f"holds checkpoints/), got {self.resume!r}.")
+    if not isinstance(self.verify_checksums, bool):
+      raise FedJaxDpError(f"verify_checksums must be True or False, got "
+                          f"{self.verify_checksums!r}.")
     return self
+
+
+_CONFIG_ALIASES = {"client_lr": "client_learning_rate", "server_lr": "server_learning_rate"}
+
+
+def _check_config_type(source: str, key: str, value: Any, hint: Any) -> None:
+  """Raises FedJaxDpError unless ``value`` has the type ``hint`` of field ``key``."""
+  args = typing.get_args(hint)
+  optional = type(None) in args
+  base = next((a for a in args if a is not type(None)), hint) if args else hint
+  if value is None:
+    if optional:
+      return
+    ok = False
+  elif base is bool:
+    ok = isinstance(value, bool)
+  elif base is int:
+    ok = isinstance(value, int) and not isinstance(value, bool)
+  elif base is float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+  else:
+    ok = isinstance(value, base)
+  if not ok:
+    allowed = base.__name__ + (" or null" if optional else "")
+    raise FedJaxDpError(f"{source}: option {key!r} must be {allowed}, got "
+                        f"{type(value).__name__} {value!r}.")
+
+
+def _no_duplicate_keys(pairs):
+  seen = {}
+  for k, v in pairs:
+    if k in seen:
+      raise FedJaxDpError(f"option {k!r} is given twice.")
+    seen[k] = v
+  return seen
+
+
+def load_config_file(path: str) -> Dict[str, Any]:
+  """Reads the options of a run from a ``.json`` or ``.toml`` file.
+
+  The file holds one table of `RunConfig` options (``{"rounds": 100, "clip_norm":
+  0.5}``; TOML ``rounds = 100``). A ``summary.json`` written by an earlier run is
+  accepted too: its ``"config"`` entry is used, so a run can be repeated exactly (but
+  not its ``out`` and ``resume``: the repeat does not overwrite the original's files).
+
+  Returns:
+    the option table (keys not yet checked; `RunConfig.from_dict` does that).
+
+  Raises:
+    FedJaxDpError: the file is missing or unreadable, has another extension, is not
+      valid JSON/TOML (with the line), or does not hold a table.
+  """
+  ext = os.path.splitext(path)[1].lower()
+  if ext not in (".json", ".toml"):
+    raise FedJaxDpError(f"config file {path!r}: the name must end in .json or .toml.")
+  try:
+    with open(path, "rb") as f:
+      raw = f.read()
+  except OSError as e:
+    raise FedJaxDpError(f"config file {path!r} cannot be read: {e.strerror}.") from e
+  try:
+    if ext == ".toml":
+      values = tomllib.loads(raw.decode("utf-8"))
+    else:
+      values = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicate_keys)
+  except UnicodeDecodeError as e:
+    raise FedJaxDpError(f"config file {path!r} is not UTF-8 text ({e.reason}).") from e
+  except tomllib.TOMLDecodeError as e:
+    raise FedJaxDpError(f"config file {path!r} is not valid TOML: {e}.") from e
+  except json.JSONDecodeError as e:
+    raise FedJaxDpError(f"config file {path!r} is not valid JSON: {e.msg} at line "
+                        f"{e.lineno}, column {e.colno}.") from e
+  except FedJaxDpError as e:
+    raise FedJaxDpError(f"config file {path!r}: {e}") from e
+  if not isinstance(values, dict):
+    raise FedJaxDpError(f"config file {path!r} must hold a table of options, got "
+                        f"{type(values).__name__}.")
+  if isinstance(values.get("config"), dict) and "epsilon" in values:  # a summary.json
+    # Its output folder is not reused: repeating a run must not overwrite the original.
+    values = {k: v for k, v in values["config"].items() if k not in ("out", "resume")}
+  return values
 
 
 def json_safe(v):
@@ -280,10 +430,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     # The configuration comes from the checkpoint: the run continues as it started.
     checkpointer = RunCheckpointer(os.path.join(cfg.resume, "checkpoints"))
     saved = checkpointer.restore_meta()
-    cfg = RunConfig(**{**saved["config"], "out": cfg.resume, "resume": None}).validate()
+    cfg = RunConfig.from_dict({**saved["config"], "out": cfg.resume, "resume": None},
+                              source=f"checkpoint in {cfg.resume}").validate()
   if data is None:
     data = load_dataset(cfg.dataset, partition=cfg.partition, num_clients=cfg.num_clients,
-                        seed=cfg.seed, data_dir=cfg.data_dir)
+                        seed=cfg.seed, data_dir=cfg.data_dir,
+                        verify_checksums=cfg.verify_checksums)
   model_name = cfg.model or DEFAULT_MODELS.get(cfg.dataset, "mlp")
   model = create_model(model_name, data.feature_shape, data.num_classes)
   mesh = run_mesh(cfg)
@@ -291,16 +443,6 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   z = resolve_noise_multiplier(cfg, data, probe)
   alg = build_algorithm(cfg, model, data, z, mesh) if z != 1.0 else probe
 
-  root = jax.random.key(cfg.seed)
-  state = alg.init(jax.random.fold_in(root, 1 << 20))
-  done_before = 0
-  saved_records: List[Dict[str, Any]] = []
-  if saved is not None:
-    state, meta = checkpointer.restore(state)
-    saved_records = meta["records"]
-    done_before = int(meta["rounds_done"])
-  pop = sharding.replicate(
-      PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh)
   ledger = None
   # The sampler (and, for fixed-size cohorts, population and cohort sizes) that fix the
   # DpEvent; with delta and each round's (z, q, dp_steps) in metrics.jsonl they let a
@@ -312,15 +454,26 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
         delta=cfg.delta, privacy_unit="record" if alg.privacy.unit == "record-level"
         else "user", **sampling)
     accounting_fields = {"delta": cfg.delta, **sampling}
-    if saved_records:  # the restored rounds' events, so epsilon continues exactly
-      ledger.record_many([r["noise_multiplier"] for r in saved_records],
-                         [r["sampling_rate"] for r in saved_records],
-                         [r["dp_steps"] for r in saved_records])
   planned = cfg.rounds
   guarded = (ledger is not None and cfg.target_epsilon is not None and
              cfg.noise_multiplier is not None)
-  if guarded:  # decided before anything is written
+  if guarded:  # decided before anything is compiled or written
     planned = budget_rounds(cfg, alg, sampling)
+  root = jax.random.key(cfg.seed)
+  state = alg.init(jax.random.fold_in(root, 1 << 20))
+  done_before = 0
+  saved_records: List[Dict[str, Any]] = []
+  if saved is not None:
+    state, meta = checkpointer.restore(state)
+    saved_records = meta["records"]
+    done_before = int(meta["rounds_done"])
+  pop = sharding.replicate(
+      PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh)
+  if ledger is not None and saved_records:
+    # The restored rounds' events, so that epsilon continues exactly.
+    ledger.record_many([r["noise_multiplier"] for r in saved_records],
+                       [r["sampling_rate"] for r in saved_records],
+                       [r["dp_steps"] for r in saved_records])
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
   # Evaluation runs inside the compiled rounds (no host round trip).

@@ -15,6 +15,9 @@ from typing import Any, Optional
 import numpy as np
 
 
+_FLOAT32_TINY = float(np.finfo(np.float32).tiny)
+
+
 class FedJaxDpError(ValueError):
   """Base class for fedjax_dp input errors (a ``ValueError``)."""
 
@@ -28,17 +31,22 @@ def _as_float(name: str, value: Any) -> float:
   return float(value)
 
 
-def check_finite(name: str, value: Any) -> float:
-  """Returns ``value`` as a float; raises if it is not a finite real number."""
+def check_finite(name: str, value: Any, allowed: str = "") -> float:
+  """Returns ``value`` as a float; raises if it is not a finite real number.
+
+  ``allowed`` (e.g. ``"> 0"``) is added to the message, so that a NaN or infinite value
+  is told what is allowed as well.
+  """
   v = _as_float(name, value)
   if not math.isfinite(v):
-    raise FedJaxDpError(f"{name} must be finite, got {value!r}.")
+    what = f"a finite number {allowed}" if allowed else "finite"
+    raise FedJaxDpError(f"{name} must be {what}, got {value!r}.")
   return v
 
 
 def check_positive(name: str, value: Any) -> float:
   """Returns ``value`` as a float; raises unless it is finite and > 0."""
-  v = check_finite(name, value)
+  v = check_finite(name, value, "> 0")
   if v <= 0:
     raise FedJaxDpError(f"{name} must be > 0, got {value!r}.")
   return v
@@ -46,7 +54,7 @@ def check_positive(name: str, value: Any) -> float:
 
 def check_non_negative(name: str, value: Any) -> float:
   """Returns ``value`` as a float; raises unless it is finite and >= 0."""
-  v = check_finite(name, value)
+  v = check_finite(name, value, ">= 0")
   if v < 0:
     raise FedJaxDpError(f"{name} must be >= 0, got {value!r}.")
   return v
@@ -59,7 +67,7 @@ def check_epsilon(value: Any, name: str = "epsilon") -> float:
 
 def check_delta(value: Any, name: str = "delta") -> float:
   """A privacy parameter delta: finite, in the open interval (0, 1)."""
-  v = check_finite(name, value)
+  v = check_finite(name, value, "in the open interval (0, 1)")
   if not 0.0 < v < 1.0:
     raise FedJaxDpError(f"{name} must be in the open interval (0, 1), got {value!r}.")
   return v
@@ -67,11 +75,16 @@ def check_delta(value: Any, name: str = "delta") -> float:
 
 def check_probability(name: str, value: Any, allow_zero: bool = False) -> float:
   """A sampling rate: in (0, 1] (or [0, 1] with ``allow_zero``)."""
-  v = check_finite(name, value)
+  v = check_finite(name, value, "in [0, 1]" if allow_zero else "in (0, 1]")
   lo_ok = v >= 0.0 if allow_zero else v > 0.0
   if not (lo_ok and v <= 1.0):
     interval = "[0, 1]" if allow_zero else "(0, 1]"
     raise FedJaxDpError(f"{name} must be in {interval}, got {value!r}.")
+  if 0.0 < v < _FLOAT32_TINY:
+    # The compiled round carries rates in float32: this one would silently become 0.
+    raise FedJaxDpError(f"{name} must be {'0 or ' if allow_zero else ''}at least "
+                        f"{_FLOAT32_TINY:.3g} (the smallest "
+                        f"normal float32, the precision rounds run in), got {value!r}.")
   return v
 
 

@@ -68,6 +68,11 @@ def test_resume_after_a_lost_checkpoint_equals_the_straight_run(tmp_path):
 
 
 def test_resume_without_checkpoint_is_a_clear_error(tmp_path):
+  missing = tmp_path / "never_ran"
+  with pytest.raises(FedJaxDpError, match="resume must be the output folder"):
+    run(RunConfig(resume=str(missing)), progress=False)
+  assert not missing.exists()  # nothing is created while refusing
+  (tmp_path / "checkpoints").mkdir()  # the folder, but no complete checkpoint in it
   with pytest.raises(FedJaxDpError, match="no complete checkpoint"):
     run(RunConfig(resume=str(tmp_path)), progress=False)
 

@@ -367,6 +367,12 @@ def _make_accountant(accountant: str, relation: NeighborRel,
   return dp_pld.PLDAccountant(relation, pld_value_discretization_interval)
 
 
+def check_accountant_supports(accountant: str, sampler: str) -> None:
+  """Raises `UnsupportedAccountingError` if ``accountant`` cannot account for events of
+  ``sampler`` (dp-accounting's PLD has no sampling-without-replacement event)."""
+  _check_supported(accountant, sampler)
+
+
 def _check_supported(accountant: str, sampler: str) -> None:
   if accountant == "pld" and sampler == "fixed_size":
     raise UnsupportedAccountingError(
