@@ -189,3 +189,106 @@ def test_mismatched_and_empty_shapes():
   model = create_model("linear", (4,), 3)
   _raises(lambda: make_client_update(model, None, batch_size=0, max_examples=4,
                                      local_epochs=1), "batch_size")
+
+
+# --- run_rounds: per-round schedules and populations are checked on the host ------
+
+from fedjax_dp.federated import PopulationData, run_rounds  # noqa: E402
+from fedjax_dp.federated.client import ClientHParams  # noqa: E402
+from fedjax_dp.federated.round import RoundHParams  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dp_env(env):
+  fd, model = env
+  alg = dp_fedavg(model, fd, clip_norm=1.0, noise_multiplier=0.5, sampling_rate=0.5)
+  pop = PopulationData(np.asarray(fd.x), np.asarray(fd.y), np.asarray(fd.counts))
+  return alg, pop, alg.init(jax.random.key(0))
+
+
+def _schedule(alg, rounds, field, index, value):
+  hp = alg.hparams
+  full = lambda v: np.full(rounds, v, np.float32)
+  arrays = {"clip_norm": full(hp.clip_norm), "noise_multiplier": full(hp.noise_multiplier),
+            "sampling_rate": full(hp.sampling_rate),
+            "server_learning_rate": full(hp.server_learning_rate),
+            "learning_rate": full(hp.client.learning_rate)}
+  arrays[field][index] = value
+  client = hp.client._replace(learning_rate=arrays.pop("learning_rate"))
+  return RoundHParams(client=client, **arrays)
+
+
+BAD_ENTRIES = {"clip_norm": [0.0, -1.0, math.nan, -math.inf],
+               "noise_multiplier": [-1e-3, math.nan, math.inf],
+               "sampling_rate": [0.0, 1.5, math.nan, math.inf],
+               "server_learning_rate": [0.0, -0.1, math.inf],
+               "learning_rate": [0.0, -2.0, math.nan]}
+
+
+@SETTINGS
+@given(field=st.sampled_from(sorted(BAD_ENTRIES)), index=st.integers(0, 4),
+       data=st.data())
+def test_schedule_entries(dp_env, field, index, data):
+  alg, pop, state = dp_env
+  value = data.draw(st.sampled_from(BAD_ENTRIES[field]))
+  sched = _schedule(alg, 5, field, index, value)
+  _raises(lambda: run_rounds(alg.round_fn, state, pop, sched, jax.random.key(1), rounds=5),
+          f"{field} must be")
+  with pytest.raises(FedJaxDpError, match=f"entry {index} is"):
+    run_rounds(alg.round_fn, state, pop, sched, jax.random.key(1), rounds=5)
+
+
+def test_clip_norm_inf_means_no_clipping_and_is_allowed():
+  from fedjax_dp.federated.driver import check_schedule
+  check_schedule(RoundHParams(np.full(3, np.inf), np.zeros(3), np.full(3, 0.5),
+                              ClientHParams(np.inf, 0.0, 1.0, np.full(3, 0.1))))
+
+
+@pytest.mark.parametrize("change,needle", [
+    (lambda p: p._replace(y=p.y[:, :-1]), "shapes disagree"),
+    (lambda p: p._replace(counts=p.counts[:-1]), "shapes disagree"),
+    (lambda p: p._replace(counts=p.counts.astype(np.float32)), "counts must be integers"),
+    (lambda p: p._replace(counts=p.counts - 100), "counts must lie in"),
+    (lambda p: p._replace(counts=p.counts + p.x.shape[1]), "counts must lie in"),
+    (lambda p: p._replace(weights=-np.ones(p.num_clients)), "weights must be finite and >= 0"),
+    (lambda p: p._replace(weights=np.full(p.num_clients, np.nan)), "weights must be finite"),
+    (lambda p: p._replace(weights=np.ones(p.num_clients + 1)), "weights must have shape"),
+    (lambda p: PopulationData(p.x[:0], p.y[:0], p.counts[:0]), "no clients"),
+])
+def test_population_checks(dp_env, change, needle):
+  alg, pop, state = dp_env
+  sched = _schedule(alg, 2, "clip_norm", 0, 1.0)
+  _raises(lambda: run_rounds(alg.round_fn, state, change(pop), sched, jax.random.key(1),
+                             rounds=2), needle)
+
+
+def test_empty_clients_take_part_with_a_zero_update(dp_env):
+  """Clients with no examples are legal (a zero update); with every client empty and no
+  noise the server model does not move, and nothing is NaN."""
+  alg, pop, state = dp_env
+  empty = pop._replace(counts=np.zeros_like(pop.counts))
+  sched = _schedule(alg, 3, "noise_multiplier", 0, 0.0)
+  sched = sched._replace(noise_multiplier=np.zeros(3, np.float32),
+                         sampling_rate=np.ones(3, np.float32))
+  new, records = run_rounds(alg.round_fn, state, empty, sched, jax.random.key(2), rounds=3)
+  for a, b in zip(jax.tree_util.tree_leaves(state.params),
+                  jax.tree_util.tree_leaves(new.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert [r["num_sampled"] for r in records] == [pop.num_clients] * 3  # all took part
+  assert all(r["max_update_norm"] == 0.0 and r["nonfinite_updates"] == 0 for r in records)
+
+
+def test_empty_clients_take_no_local_dp_sgd_step(env):
+  """Record level: a client without examples has no expected batch (q*n = 0); it takes
+  no noisy step instead of dividing the noise by ~0, and a direct (un-jitted) call
+  with NumPy data works like a jitted one."""
+  fd, model = env
+  alg = dp_fedavg_record_level(model, fd, record_clip_norm=1.0, record_noise_multiplier=1.0,
+                               record_sampling_rate=0.5, sampling_rate=1.0)
+  state = alg.init(jax.random.key(0))
+  empty = PopulationData(np.asarray(fd.x), np.asarray(fd.y), np.zeros_like(fd.counts))
+  new, metrics = alg.round_fn(state, empty, alg.hparams, jax.random.key(1))
+  for a, b in zip(jax.tree_util.tree_leaves(state.params),
+                  jax.tree_util.tree_leaves(new.params)):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  assert float(metrics.max_update_norm) == 0.0

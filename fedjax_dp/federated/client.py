@@ -202,7 +202,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         pos = (s * b + jnp.arange(b)) % jnp.maximum(count, 1)
         # A batch never repeats an example: when b > count only the first `count`
         # slots (each real example once) are used, so the step is full-batch.
-        return perm[pos], (jnp.arange(b) < count).astype(jnp.float32), jnp.array(True)
+        return perm[pos], (jnp.arange(b) < count).astype(jnp.float32), count > 0
     else:
       num_steps = local_epochs * steps_per_epoch
       u = jax.random.uniform(key, (local_epochs, max_n))
@@ -262,7 +262,8 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
           lambda l: jnp.tensordot(mask, l, axes=(0, 0)), g)
       g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
-      params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True), lr)
+      # A client with no examples takes no step (its expected batch q*n is 0).
+      params_new, opt_state = sgd_step(params, opt_state, grads, count > 0, lr)
       return (params_new, opt_state, loss_sum + jnp.sum(per_ex * mask),
               seen + jnp.sum(mask), clipped_n + jnp.sum((norms > c) * mask),
               trunc + jnp.maximum(num - bmax, 0),
@@ -273,7 +274,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     (params, _, loss_sum, seen, clipped_n, trunc, nonfinite), _ = jax.lax.scan(
         step, init, jnp.arange(dp_sgd.num_steps))
     return finish(params0, params, loss_sum, seen, count,
-                  jnp.asarray(dp_sgd.num_steps), clipped_n / jnp.maximum(seen, 1.0), trunc,
-                  nonfinite)
+                  jnp.where(count > 0, dp_sgd.num_steps, 0),
+                  clipped_n / jnp.maximum(seen, 1.0), trunc, nonfinite)
 
   return dp_sgd_update if dp_sgd is not None else non_private_update

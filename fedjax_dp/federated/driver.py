@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from fedjax_dp.federated.population import check_population
 from fedjax_dp.federated.round import PopulationData, RoundHParams, RoundMetrics
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.validation import FedJaxDpError, check_int
@@ -170,6 +171,43 @@ def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
   return out
 
 
+# Schedule leaves (by field name): what each round may hold, and whether +inf is allowed
+# (a clip norm of inf means "no clipping", as the non-private algorithms set it).
+_SCHEDULE_BOUNDS = {
+    "noise_multiplier": (">= 0", lambda v: v >= 0, False),
+    "record_noise_multiplier": (">= 0", lambda v: v >= 0, False),
+    "clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
+    "record_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
+    "learning_rate": ("> 0", lambda v: v > 0, False),
+    "server_learning_rate": ("> 0", lambda v: v > 0, False),
+    "sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
+    "record_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
+}
+
+
+def check_schedule(schedule: Any) -> None:
+  """Every per-round hyper-parameter must be finite (clip norms may be +inf: no
+  clipping), and those named in ``_SCHEDULE_BOUNDS`` (noise multipliers >= 0, clip
+  norms and learning rates > 0, sampling rates in (0, 1]) within range in every round.
+
+  Raises:
+    FedJaxDpError: naming the leaf, the first offending entry and its value.
+  """
+  leaves, _ = jax.tree_util.tree_flatten_with_path(schedule)
+  for path, leaf in leaves:
+    name = jax.tree_util.keystr(path)
+    field = name.rsplit(".", 1)[-1].strip("[]'\"")
+    v = np.asarray(leaf, np.float64)
+    allowed, ok, allow_inf = _SCHEDULE_BOUNDS.get(field, ("finite", None, False))
+    bad = np.isnan(v) | (np.isinf(v) & ~(allow_inf & (v > 0)))
+    if ok is not None:
+      bad |= ~ok(np.nan_to_num(v, nan=-1.0, posinf=1.0))
+    if np.any(bad):
+      i = int(np.argmax(np.ravel(bad)))
+      raise FedJaxDpError(f"schedule{name} must be {allowed} in every round; entry {i} "
+                          f"is {float(np.ravel(v)[i])!r}.")
+
+
 def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
                schedule: RoundHParams, root_key: jax.Array, *, rounds: int,
                block_size: int = 10, ledger=None,
@@ -212,7 +250,9 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     evaluation ran), and ``wall_time_s`` (since the start of this call).
 
   Raises:
-    FedJaxDpError: bad ``rounds``/``block_size`` or a schedule shorter than ``rounds``.
+    FedJaxDpError: bad ``rounds``/``block_size``, a schedule shorter than ``rounds``
+      or with invalid entries (`check_schedule`), or an inconsistent population
+      (`population.check_population`); all before anything is compiled.
   """
   rounds = check_int("rounds", rounds, minimum=1)
   block_size = check_int("block_size", block_size, minimum=1)
@@ -227,6 +267,8 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
         f"schedule must have at least rounds={rounds} entries per leaf, got {sorted(lengths)}.")
   if evaluate is not None and device_evaluator is not None:
     raise FedJaxDpError("give at most one of evaluate and device_evaluator.")
+  check_schedule(schedule)
+  check_population(data)
   block_fn = block_fn or make_block_fn(round_fn, device_evaluator)
   records: List[Dict[str, Any]] = []
   t0 = time.perf_counter()

@@ -93,6 +93,43 @@ jax.tree_util.register_pytree_node(
     lambda aux, ch: PooledPopulation(ch[0], ch[1], ch[2], aux[0], aux[1], aux[2], ch[3]))
 
 
+def check_population(data: Any) -> None:
+  """Host-side checks of a population before it is handed to a compiled round.
+
+  `PopulationData`: ``y`` is ``[N, max_n]`` like ``x``'s first two axes, ``counts`` an
+  integer ``[N]`` in ``[0, max_n]`` (a client with 0 examples takes part with a zero
+  update). Either layout: ``weights``, when given, are ``[N]``, finite and >= 0 (the
+  DP bound w <= 1 is `aggregation.custom_weights`'s check, since only DP needs it).
+
+  Raises:
+    FedJaxDpError: naming the field and what is allowed.
+  """
+  if isinstance(data, PopulationData):
+    xs, ys, cs = np.shape(data.x), np.shape(data.y), np.shape(data.counts)
+    if len(xs) < 2 or ys != xs[:2] or cs != xs[:1]:
+      raise FedJaxDpError(
+          f"PopulationData shapes disagree: x {xs}, y {ys}, counts {cs}; expected x [N, "
+          "max_n, ...], y [N, max_n], counts [N].")
+    if xs[0] == 0:
+      raise FedJaxDpError("PopulationData has no clients (N = 0).")
+    counts = np.asarray(data.counts)
+    if not np.issubdtype(counts.dtype, np.integer):
+      raise FedJaxDpError(f"counts must be integers, got dtype {counts.dtype}.")
+    if counts.min() < 0 or counts.max() > xs[1]:
+      raise FedJaxDpError(f"counts must lie in [0, max_n={xs[1]}], got [{counts.min()}, "
+                          f"{counts.max()}].")
+  elif not isinstance(data, PooledPopulation):
+    raise FedJaxDpError(f"data must be a PopulationData or PooledPopulation, got "
+                        f"{type(data).__name__}.")
+  if data.weights is not None:
+    w = np.asarray(data.weights, np.float64)
+    if w.shape != (data.num_clients,):
+      raise FedJaxDpError(f"weights must have shape ({data.num_clients},), got {w.shape}.")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+      raise FedJaxDpError("weights must be finite and >= 0 (under DP also <= 1; see "
+                          "aggregation.custom_weights).")
+
+
 def make_pooled_population(pool_x: Any, pool_y: Any, counts: Any, *,
                            max_examples: Optional[int] = None,
                            weights: Any = None) -> PooledPopulation:

@@ -203,8 +203,8 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       x, y, _ = gather_clients(data, cid)
       # Local training, one independent key per population client id.
       train_keys = keylib.client_keys(keylib.stream(rkey, keylib.TRAINING), cid)
-      updates, cm = vmapped_client(params, x, y, jnp.maximum(ccounts, 1), train_keys,
-                                   hp.client)
+      # Padding slots and clients without examples have count 0: a zero update.
+      updates, cm = vmapped_client(params, x, y, ccounts, train_keys, hp.client)
       # User-level clipping (McMahan et al. 2018, Alg. 1, ClipFn); non-finite -> zeros.
       if config.clip_updates and config.noise != "local":
         # The fused hot path: two passes over the chunk's updates.
@@ -242,6 +242,9 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     return part, jnp.max(norms)
 
   def round_fn(state: server.ServerState, data, hp: RoundHParams, root_key: jax.Array):
+    # NumPy leaves (a population built on the host) become device arrays, so that a
+    # call outside jit indexes them with traced ids like a call inside jit does.
+    data = jax.tree_util.tree_map(jnp.asarray, data)
     rkey = keylib.round_key(root_key, state.round)
     q = jnp.asarray(hp.sampling_rate, jnp.float32)
     cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q)
