@@ -115,7 +115,15 @@ def check_choice(name: str, value: Any, allowed) -> Any:
 
 def check_weights(name: str, weights: Any, size: Optional[int] = None,
                   sum_to_one: bool = False, atol: float = 1e-6) -> np.ndarray:
-  """A non-negative, finite weight vector (optionally of a given size, summing to 1)."""
+  """A non-negative, finite weight vector (optionally of a given size, summing to 1).
+
+  Returns:
+    float64 ``[n]``.
+
+  Raises:
+    FedJaxDpError: naming ``name``: not 1-D, wrong length, non-finite or negative
+      entries, or (with ``sum_to_one``) a sum farther than ``atol`` from 1.
+  """
   w = np.asarray(weights, dtype=np.float64)
   if w.ndim != 1:
     raise FedJaxDpError(f"{name} must be a 1-D vector, got shape {w.shape}.")

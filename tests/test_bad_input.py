@@ -292,3 +292,39 @@ def test_empty_clients_take_no_local_dp_sgd_step(env):
                   jax.tree_util.tree_leaves(new.params)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
   assert float(metrics.max_update_norm) == 0.0
+
+
+# --- weight vectors -------------------------------------------------------------
+
+from fedjax_dp.federated import aggregation  # noqa: E402
+from fedjax_dp.validation import check_weights  # noqa: E402
+
+WEIGHTS = st.lists(st.floats(0.0, 1.0), min_size=1, max_size=8)
+
+
+@SETTINGS
+@given(w=WEIGHTS, i=st.integers(0, 7), bad=st.sampled_from([-1e-9, -1.0, math.nan,
+                                                            math.inf, -math.inf]))
+def test_weights_negative_or_non_finite(w, i, bad):
+  w = list(w)
+  w[i % len(w)] = bad
+  _raises(lambda: check_weights("impact_factors", w), "impact_factors")
+  _raises(lambda: aggregation.custom_weights(w, len(w)), "weights")
+
+
+@SETTINGS
+@given(w=WEIGHTS.filter(lambda w: abs(sum(w) - 1.0) > 1e-3))
+def test_weights_that_must_sum_to_one(w):
+  _raises(lambda: check_weights("impact_factors", w, sum_to_one=True), "must sum to 1")
+  total = sum(w)
+  if total > 0:  # normalised, the same vector passes
+    np.testing.assert_allclose(
+        check_weights("impact_factors", np.asarray(w) / total, sum_to_one=True).sum(), 1.0)
+
+
+@SETTINGS
+@given(w=WEIGHTS, extra=st.integers(1, 3))
+def test_weights_of_the_wrong_length_or_above_one(w, extra):
+  _raises(lambda: aggregation.custom_weights(w, len(w) + extra), "length")
+  _raises(lambda: aggregation.custom_weights(np.asarray(w) + 1.5, len(w)), "[0, 1]")
+  _raises(lambda: check_weights("w", np.ones((2, len(w)))), "1-D")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.privacy import clipping, noise
-from fedjax_dp.validation import FedJaxDpError, check_positive
+from fedjax_dp.validation import FedJaxDpError, check_positive, check_weights
 
 PyTree = Any
 
@@ -97,11 +97,10 @@ def custom_weights(weights: Any, num_clients: int) -> np.ndarray:
   Raises:
     FedJaxDpError: wrong shape, non-finite entries or entries outside [0, 1].
   """
-  w = np.asarray(weights, np.float64)
-  if w.shape != (num_clients,):
-    raise FedJaxDpError(f"weights must have shape ({num_clients},), got {w.shape}.")
-  if not np.all(np.isfinite(w)) or np.any(w < 0) or np.any(w > 1):
-    raise FedJaxDpError("weights must be finite and in [0, 1] (bounded for DP).")
+  w = check_weights("weights", weights, size=num_clients)
+  if np.any(w > 1):
+    raise FedJaxDpError(f"weights must be in [0, 1] (bounded for DP: one client moves the "
+                        f"weighted sum by at most w * C), got max {w.max()!r}.")
   return w
 
 
