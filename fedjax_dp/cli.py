@@ -300,20 +300,24 @@ def main(argv: Optional[List[str]] = None) -> int:
   parser = build_parser()
   argv = sys.argv[1:] if argv is None else list(argv)
   args = parser.parse_args(argv)
+  explicit = _explicit_dests(parser.run_parser, argv) if args.command == "run" else set()
   try:
     if args.command == "run":
-      return _cmd_run(args, _explicit_dests(parser.run_parser, argv))
+      return _cmd_run(args, explicit)
     if args.command == "audit":
       return _cmd_audit(args)
     return _cmd_datasets(args)
   except FedJaxDpError as e:  # a user's mistake: one clear line, no traceback
-    print(f"fedjax-dp: error: {e}{_flag_hint(parser, args, str(e))}", file=sys.stderr)
+    print(f"fedjax-dp: error: {e}{_flag_hint(parser, args, str(e), explicit)}",
+          file=sys.stderr)
     return 2
 
 
-def _flag_hint(parser: argparse.ArgumentParser, args, message: str) -> str:
-  """`` (option --client-lr)`` when ``message`` is a check of one RunConfig field
-  (``"<field> must ..."`` or ``"unknown <field> ..."``)."""
+def _flag_hint(parser: argparse.ArgumentParser, args, message: str, explicit: set) -> str:
+  """Where the value came from, when ``message`` is a check of one RunConfig field
+  (``"<field> must ..."`` or ``"unknown <field> ..."``): `` (option --client-lr)`` if
+  it was typed, `` (key 'client_learning_rate' of config file 'run.toml')`` if it came
+  from ``--config``, nothing for a default."""
   if args.command != "run":
     return ""
   for action in parser.run_parser._actions:
@@ -321,7 +325,10 @@ def _flag_hint(parser: argparse.ArgumentParser, args, message: str) -> str:
     flags = [o for o in action.option_strings if o.startswith("--")]
     if flags and field not in _NOT_FIELDS and (
         message.startswith(field + " must") or message.startswith(f"unknown {field} ")):
-      return f" (option {flags[0]})"
+      if action.dest in explicit:
+        return f" (option {flags[0]})"
+      if args.config:
+        return f" (key {field!r} of config file {args.config!r})"
   return ""
 
 

@@ -273,3 +273,13 @@ def test_summary_json_repeats_a_run_without_overwriting_it(tmp_path, capsys):
   assert repeat["final_test_accuracy"] == summary["final_test_accuracy"]
   assert math.isclose(repeat["epsilon"], summary["epsilon"])
   capsys.readouterr()
+
+
+def test_error_says_whether_the_value_was_typed_or_read_from_the_file(capsys, tmp_path):
+  path = tmp_path / "c.toml"
+  path.write_text("clip_norm = -1.0\n")
+  err = _refused(capsys, tmp_path, ["--config", str(path)], "clip_norm must be > 0")
+  assert f"(key 'clip_norm' of config file '{path}')" in err
+  err = _refused(capsys, tmp_path, ["--config", str(path), "--clip-norm", "-2"],
+                 "clip_norm must be > 0, got -2.0")
+  assert "(option --clip-norm)" in err
