@@ -80,11 +80,16 @@ class ClientHParams(NamedTuple):
       rate 1 and set this (as the algorithms do) so that a learning-rate sweep never
       recompiles; for optax's sgd (with or without momentum) and adam this gives
       exactly the iterates of ``opt(eta_c)``.
+    param_clip_norm: float32 C_w, or None (off, nothing compiled): after every local
+      step the *model parameters* are projected to ``||w||_2 <= C_w`` (global norm
+      over all leaves), ``w <- w / max(1, ||w|| / C_w)`` (Yuan et al., Algorithm 1,
+      line 9; the parameter clipping behind the sensitivity ``2 C_w / |D_k|``).
   """
   record_clip_norm: Any = 1.0
   record_noise_multiplier: Any = 0.0
   record_sampling_rate: Any = 1.0
   learning_rate: Any = None
+  param_clip_norm: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,10 +180,17 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     total = jnp.sum(per_ex * mask)
     return total / jnp.maximum(jnp.sum(mask), 1.0), total
 
-  def sgd_step(params, opt_state, grads, active, lr):
+  def sgd_step(params, opt_state, grads, active, lr, param_clip_norm=None):
     updates, new_opt = optimizer.update(grads, opt_state, params)
     updates = jax.tree_util.tree_map(lambda u: (u * lr).astype(u.dtype), updates)
     new_params = optax.apply_updates(params, updates)
+    if param_clip_norm is not None:  # project the parameters onto ||w|| <= C_w
+      # NaN parameters stay NaN (the round then zeroes and counts that client).
+      c = jnp.asarray(param_clip_norm, jnp.float32)
+      norm = clipping.global_norm(new_params)
+      scale = jnp.where(norm > c, c / jnp.maximum(norm, 1e-30), 1.0)
+      new_params = jax.tree_util.tree_map(lambda l: (l * scale).astype(l.dtype),
+                                          new_params)
     return _tree_where(active, new_params, params), _tree_where(active, new_opt, opt_state)
 
   def finish(params0, params, loss_sum, seen, count, steps, clip_frac, trunc, nonfinite):
@@ -223,7 +235,8 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         grads, finite = clipping.zero_if_nonfinite(grads)
       else:
         finite = jnp.array(True)
-      params, opt_state = sgd_step(params, opt_state, grads, active, lr)
+      params, opt_state = sgd_step(params, opt_state, grads, active, lr,
+                                   hparams.param_clip_norm)
       act = active.astype(jnp.float32)
       return (params, opt_state, loss_sum + act * total, seen + act * jnp.sum(mask),
               taken + active, nonfinite + (active & ~finite)), None
@@ -263,7 +276,8 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
       # A client with no examples takes no step (its expected batch q*n is 0).
-      params_new, opt_state = sgd_step(params, opt_state, grads, count > 0, lr)
+      params_new, opt_state = sgd_step(params, opt_state, grads, count > 0, lr,
+                                       hparams.param_clip_norm)
       return (params_new, opt_state, loss_sum + jnp.sum(per_ex * mask),
               seen + jnp.sum(mask), clipped_n + jnp.sum((norms > c) * mask),
               trunc + jnp.maximum(num - bmax, 0),

@@ -116,6 +116,8 @@ class RoundConfig:
       with ``denominator="expected"``, whose fixed denominator is ``q W``.
     record_level: local DP-SGD is on; the ledger then composes the local steps.
     dp_steps: DP releases per round composed by the ledger (1 for user level).
+    noise_distribution: ``"gaussian"`` or ``"laplace"`` (local noise only): the
+      per-coordinate distribution of standard deviation ``z * C``.
     chunk_size: clients trained at once per device; the cohort is scanned in chunks
       with running sums, so memory is O(chunk_size x P) instead of O(K x P). ``None``
       picks it from the parameter count, the data size and free memory
@@ -131,11 +133,16 @@ class RoundConfig:
   record_level: bool = False
   dp_steps: int = 1
   chunk_size: Optional[int] = None
+  noise_distribution: str = "gaussian"
 
   def __post_init__(self):
     if self.chunk_size is not None:
       check_int("chunk_size", self.chunk_size, minimum=1)
     check_choice("noise", self.noise, NOISE_MODES)
+    check_choice("noise_distribution", self.noise_distribution, noise.DISTRIBUTIONS)
+    if self.noise_distribution == "laplace" and self.noise != "local":
+      raise FedJaxDpError("noise_distribution='laplace' is only available with "
+                          "noise='local'.")
     check_choice("weighting", self.weighting, WEIGHTINGS)
     check_choice("denominator", self.denominator, DENOMINATORS)
     if self.denominator == "expected":
@@ -219,7 +226,8 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           norms = jax.vmap(clipping.global_norm)(updates)
         if config.noise == "local":
           nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
-          updates = noise.add_local_noise(nkeys, updates, cz * clip_norm)
+          updates = noise.add_local_noise(nkeys, updates, cz * clip_norm,
+                                          config.noise_distribution)
         summed = aggregation.weighted_sum(updates, cw)
       m = cmask.astype(jnp.float32)
       part = _Partial(

@@ -1,4 +1,5 @@
-"""Gaussian noise on pytrees, central (once on an aggregate) or local (per client).
+"""Gaussian (or Laplace) noise on pytrees, central (once on an aggregate) or local (per
+client).
 
 Randomness is explicit: callers pass keys derived by `fedjax_dp.federated.keys`
 (``fold_in(round)``, then ``fold_in(population client id)``), so a run is reproducible
@@ -48,16 +49,36 @@ def add_gaussian_noise(key: jax.Array, tree: PyTree, stddev) -> PyTree:
   return jax.tree_util.tree_map(jnp.add, tree, gaussian_like(key, tree, stddev))
 
 
-def add_local_noise(keys: jax.Array, updates: PyTree, stddevs) -> PyTree:
-  """Local noise: client k's update gets its own ``N(0, stddevs[k]^2 I)``.
+def laplace_like(key: jax.Array, tree: PyTree, stddev) -> PyTree:
+  """I.i.d. Laplace noise of standard deviation ``stddev`` (scale ``b = stddev /
+  sqrt(2)``) with the structure, shapes and dtypes of ``tree``; leaf ``i`` uses
+  ``fold_in(key, i)``. ``stddev == 0`` gives exact zeros. (The Laplace mechanism:
+  Dwork & Roth 2014, Def. 3.3.)"""
+  leaves, treedef = jax.tree_util.tree_flatten(tree)
+  scale = jnp.asarray(stddev, jnp.float32) / jnp.sqrt(jnp.float32(2.0))
+  noise = [(jax.random.laplace(jax.random.fold_in(key, i), l.shape, jnp.float32) * scale)
+           .astype(l.dtype) for i, l in enumerate(leaves)]
+  return jax.tree_util.tree_unflatten(treedef, noise)
+
+
+DISTRIBUTIONS = ("gaussian", "laplace")
+
+
+def add_local_noise(keys: jax.Array, updates: PyTree, stddevs,
+                    distribution: str = "gaussian") -> PyTree:
+  """Local noise: client k's update gets its own zero-mean noise of standard deviation
+  ``stddevs[k]`` per coordinate, Gaussian ``N(0, stddevs[k]^2 I)`` or Laplace.
 
   Args:
     keys: ``[K]`` PRNG keys, one per client (fold in the population client id).
     updates: pytree with leaves ``[K, ...]``.
     stddevs: float ``[K]`` per-client standard deviations (or a scalar for all).
+    distribution: ``"gaussian"`` or ``"laplace"`` (static).
 
   Returns:
     The noisy updates, leaves ``[K, ...]``.
   """
   stddevs = jnp.broadcast_to(jnp.asarray(stddevs, jnp.float32), (keys.shape[0],))
-  return jax.vmap(add_gaussian_noise)(keys, updates, stddevs)
+  like = laplace_like if distribution == "laplace" else gaussian_like
+  add = lambda k, u, s: jax.tree_util.tree_map(jnp.add, u, like(k, u, s))
+  return jax.vmap(add)(keys, updates, stddevs)

@@ -1,0 +1,250 @@
+"""Amplitude-varying perturbation: Algorithm 1 of Yuan, Ni, Ding, Wei, Li, Poor,
+"Amplitude-Varying Perturbation for Balancing Privacy and Utility in Federated Learning"
+(paper 004; equation numbers are the paper's; the implementation note is
+../shared/papers/notes/004_befa41a04849ccd9.md).
+
+Per round m = 1..M (Algorithm 1, note section 2.5):
+
+  1. K of the U clients are drawn uniformly without replacement (q = K/U).
+  2. Each runs tau full-batch gradient steps from omega(m-1), eq. (2), and after every
+     step clips its *parameters*: w <- w / max(1, ||w|| / C) (Algorithm 1, line 9).
+  3. Each adds its own noise N(0, Theta(m) I) to its model, eq. (3), with the geometric
+     variance Theta(m) = vartheta^(m-1) sigma^2, eq. (6), and sigma from eq. (8).
+  4. The server averages, omega(m) = sum_k p_k (w_k + n_k), p_k = |D_k| / sum_j |D_j|
+     over the sampled clients, eq. (4).
+
+The compiled round reads sigma_m from the schedule array, so sweeping vartheta, M or
+epsilon never recompiles (`fedjax_dp.privacy.schedules` computes the schedules).
+Online refinement (Theorem 2, eq. 9) is `OnlineRefinement`, a host-side controller fed
+the test loss after each round; `train` runs either.
+
+Privacy statement: record-level (one example of one client's local dataset), with the
+L2 sensitivity Delta_s = 2C / min_k |D_k| of full-batch GD under parameter clipping
+(section III-C). The ledger composes, per round, the client-sampled Gaussian
+mechanism with noise multiplier z_m = sigma_m / Delta_s: the example's client is in the
+cohort with probability K/U, drawn without replacement, and its model moves by at most
+Delta_s when the example is replaced, so each round is
+``SampledWithoutReplacementDpEvent(U, K, GaussianDpEvent(z_m))`` under the
+replace-one relation (RDP). The paper's own epsilon (`schedules.paper_epsilon`) is
+reported beside it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import jax
+import numpy as np
+import optax
+
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
+from fedjax_dp.federated import server, sharding
+from fedjax_dp.federated.client import ClientHParams, make_client_update
+from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.sampling import FixedSizeSampler
+from fedjax_dp.privacy import schedules
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
+                                  check_int, check_positive)
+
+MECHANISMS = ("gaussian", "laplace", "none")
+
+
+def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3,
+                      vartheta: float = 1.0, rounds: int = 30, clients_per_round: int = 10,
+                      local_steps: int = 5, learning_rate: float = 0.1,
+                      clip_norm: float = 5.0, mechanism: str = "gaussian",
+                      laplace_mode: str = "pure_dp_split", batch_size: Optional[int] = None,
+                      chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
+  """Algorithm 1 of the paper, instantiated for one dataset and model.
+
+  Args:
+    model: a `fedjax_dp.models.Model` (e.g. ``create_model("mlp", ..., hidden=(32,),
+      activation="linear")``, the paper's 784-32-10 MLP).
+    data: `FederatedData` (or a population with ``num_clients``, ``max_examples``,
+      ``counts``); Delta_s uses ``min_k |D_k|``.
+    epsilon, delta: the target (epsilon, delta) of eq. (8) (epsilon > 0).
+    vartheta: ratio of the geometric variance series, eq. (6) (> 0; 1 = persistent).
+    rounds: M, the planned number of aggregations.
+    clients_per_round: K; q = K / U.
+    local_steps: tau, local full-batch GD steps per round, eq. (2).
+    learning_rate: eta (the paper does not state it; note section 9 item 1).
+    clip_norm: C, the bound on each client's parameter norm after every step.
+    mechanism: ``"gaussian"`` (the paper's), ``"laplace"`` (its "Lap" baseline,
+      constant variance, calibrated by ``laplace_mode``; `schedules.laplace_scale`) or
+      ``"none"`` (no noise, clipping kept: the paper's "no DP").
+    batch_size: local minibatch size; None = full batch (the paper's GD, for which
+      Delta_s holds; a smaller batch makes Delta_s a heuristic, note section 9 item 2).
+    chunk_size, mesh: see `fedjax_dp.federated.round.make_round`.
+
+  Returns:
+    An `Algorithm` whose ``hparams`` hold round 1's values and whose ``config``
+    holds ``sensitivity``, ``stddevs`` (the planned [M] schedule of sigma_m) and the
+    paper's parameters. Build per-round hyper-parameters with `schedule_hparams`.
+
+  Raises:
+    FedJaxDpError: invalid arguments (named), before anything is compiled.
+  """
+  check_choice("mechanism", mechanism, MECHANISMS)
+  eps = check_epsilon(epsilon)
+  delta = check_delta(delta)
+  vartheta = check_positive("vartheta", vartheta)
+  rounds = check_int("rounds", rounds, minimum=1)
+  tau = check_int("local_steps", local_steps, minimum=1)
+  eta = check_positive("learning_rate", learning_rate)
+  c = check_positive("clip_norm", clip_norm)
+  u = int(data.num_clients)
+  k = check_int("clients_per_round", clients_per_round, minimum=1, maximum=u)
+  counts = np.asarray(data.counts)
+  if counts.min() < 1:
+    raise FedJaxDpError("every client needs at least one example (Delta_s = 2C/|D_k|).")
+  sampler = FixedSizeSampler.create(u, k)
+  q = k / u
+  delta_s = schedules.sensitivity(c, int(counts.min()))              # Sec. III-C
+  if mechanism == "gaussian":
+    stddevs = schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
+  elif mechanism == "laplace":                                      # "Lap", constant
+    gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
+    b = schedules.laplace_scale(eps, delta_s, rounds, laplace_mode, gauss)
+    stddevs = schedules.constant_schedule(math.sqrt(2.0) * b, rounds)
+  else:
+    stddevs = np.zeros(rounds)
+  full_batch = int(data.max_examples)
+  b_size = full_batch if batch_size is None else check_int("batch_size", batch_size,
+                                                            minimum=1)
+  client = make_client_update(model, optax.sgd(1.0), batch_size=b_size,
+                              max_examples=full_batch, local_steps=tau)
+  config = RoundConfig(
+      clip_updates=False, noise="local" if mechanism != "none" else "none",
+      noise_distribution="laplace" if mechanism == "laplace" else "gaussian",
+      weighting="data_size", denominator="actual", chunk_size=chunk_size)  # eq. (4)
+  server_opt = optax.sgd(1.0)  # omega(m) = the weighted average itself (no server step)
+  round_fn = require_learning_rates(make_round(client, sampler, server_opt, config,
+                                               mesh=mesh))
+  alg_config = dict(
+      epsilon=eps, delta=delta, vartheta=vartheta, rounds=rounds, num_clients=u,
+      clients_per_round=k, sampling_rate=q, local_steps=tau, learning_rate=eta,
+      clip_norm=c, mechanism=mechanism, laplace_mode=laplace_mode, batch_size=b_size,
+      sensitivity=delta_s, min_local_dataset_size=int(counts.min()),
+      stddevs=[float(s) for s in stddevs])
+  privacy = None
+  if mechanism == "gaussian":
+    privacy = PrivacySpec(
+        "record-level", "replace one example of one client's local dataset",
+        sampler.kind, sampler.dp_event_kwargs(),
+        note=("paper 004: noise N(0, Theta(m) I) on each sampled client's clipped model; "
+              "z_m = sigma_m / Delta_s with Delta_s = 2C/min|D_k|"))
+  hp = schedule_hparams(stddevs[:1], delta_s, q, eta, c)
+  return Algorithm(
+      name="amplitude_varying", round_fn=round_fn,
+      init=lambda key: sharding.replicate(
+          server.init_server_state(model.init(key), server_opt), mesh),
+      hparams=jax.tree_util.tree_map(lambda a: float(np.ravel(a)[0]), hp),
+      privacy=privacy, k_max=sampler.k_max, config=alg_config)
+
+
+def schedule_hparams(stddevs: Sequence[float], sensitivity: float, sampling_rate: float,
+                     learning_rate: float, clip_norm: float) -> RoundHParams:
+  """Per-round `RoundHParams` ``[M]`` for a schedule of standard deviations sigma_m.
+
+  The round adds local noise of std ``z * clip_norm``; here ``clip_norm`` (the round's
+  noise scale) is Delta_s and ``z_m = sigma_m / Delta_s``, the noise multiplier the
+  ledger composes. The client's parameter clipping C and learning rate eta ride in
+  `ClientHParams`.
+  """
+  s = np.asarray(stddevs, np.float32)
+  m = s.shape[0]
+  full = lambda v: np.full(m, v, np.float32)
+  return RoundHParams(
+      clip_norm=full(sensitivity), noise_multiplier=s / np.float32(sensitivity),
+      sampling_rate=full(sampling_rate),
+      client=ClientHParams(learning_rate=full(learning_rate), param_clip_norm=full(clip_norm)),
+      server_learning_rate=full(1.0))
+
+
+@dataclasses.dataclass
+class OnlineRefinement:
+  """Online refinement of the series (Theorem 2, eq. 9; note section 2.9).
+
+  When the test loss stops decreasing (``L_m >= L_{m-1}``), at the next aggregation the
+  horizon becomes ``M' = ceil(alpha_d M_cur)`` and the base amplitude is recomputed with
+  `schedules.refined_amplitude` (``mode="paper"``: eq. (9) as printed;
+  ``"exact_budget"``: the note's variant that never exceeds the budget). Training stops
+  when ``M'`` does not exceed the rounds already run. Host-side and data-dependent.
+
+  Attributes:
+    alpha_d: shrink factor in (0, 1) (the paper uses 0.8 and 0.9).
+    mode: ``"paper"`` or ``"exact_budget"``.
+  """
+  alpha_d: float
+  mode: str = "paper"
+
+  def __post_init__(self):
+    if not (0.0 < float(self.alpha_d) < 1.0):
+      raise FedJaxDpError(f"alpha_d must be in (0, 1), got {self.alpha_d!r}.")
+    check_choice("mode", self.mode, schedules.REFINEMENT_MODES)
+
+
+def train(alg: Algorithm, population, root_key: jax.Array, *,
+          evaluate: Callable[[Any], Dict[str, float]],
+          refinement: Optional[OnlineRefinement] = None,
+          on_round: Optional[Callable[[Dict[str, Any]], None]] = None):
+  """Runs Algorithm 1 for ``alg.config["rounds"]`` rounds (fewer if refinement stops it).
+
+  Args:
+    alg: from `amplitude_varying`.
+    population: device `PopulationData`.
+    root_key: PRNG key of the run.
+    evaluate: ``evaluate(params) -> {"loss": ..., "accuracy": ...}`` on the server's
+      test set, after every aggregation (step 14; the refinement trigger reads it).
+    refinement: an `OnlineRefinement`, or None for the fixed schedule.
+    on_round: called with each round's record as it finishes.
+
+  Returns:
+    ``(state, records)``; each record has the round's metrics, ``test_loss``,
+    ``test_accuracy``, ``noise_stddev`` (sigma_m), ``noise_multiplier`` (z_m),
+    ``planned_rounds`` (M_cur) and the paper's running epsilon ``epsilon_paper``.
+  """
+  cfg = alg.config
+  eps, delta, q, d_s = cfg["epsilon"], cfg["delta"], cfg["sampling_rate"], cfg["sensitivity"]
+  vartheta, planned = cfg["vartheta"], cfg["rounds"]
+  sigma = cfg["stddevs"][0]
+  step = jax.jit(alg.round_fn)
+  state = alg.init(jax.random.fold_in(root_key, 1 << 20))
+  records: List[Dict[str, Any]] = []
+  used: List[float] = []
+  prev_loss, pending, m = math.inf, False, 0
+  while m < planned:
+    m += 1
+    if refinement is not None and pending and cfg["mechanism"] == "gaussian":
+      new_planned = math.ceil(refinement.alpha_d * planned)   # M' = ceil(alpha_d M)
+      if new_planned <= m - 1:
+        break                                                 # no round left
+      planned = new_planned
+      sigma = schedules.refined_amplitude(eps, delta, q, d_s, vartheta, m - 1, planned,
+                                          refinement.mode, used)          # eq. (9)
+      pending = False
+    if cfg["mechanism"] == "gaussian":
+      std = math.sqrt(vartheta ** (m - 1)) * sigma if refinement is not None else \
+          cfg["stddevs"][m - 1]                               # Theta(m), eq. (6)
+    else:
+      std = cfg["stddevs"][min(m, len(cfg["stddevs"])) - 1]
+    hp = jax.tree_util.tree_map(lambda a: np.ravel(a)[0], schedule_hparams(
+        [std], d_s, q, cfg["learning_rate"], cfg["clip_norm"]))
+    state, metrics = step(state, population, hp, root_key)
+    used.append(std)
+    ev = evaluate(state.params)
+    rec = {k: (v.item() if hasattr(v, "item") else v)
+           for k, v in metrics._asdict().items()}
+    rec.update(round=m - 1, test_loss=ev["loss"], test_accuracy=ev["accuracy"],
+               noise_stddev=std, noise_multiplier=std / d_s, planned_rounds=planned,
+               epsilon_paper=(schedules.paper_epsilon(used, q, d_s, delta)
+                              if cfg["mechanism"] == "gaussian" else None))
+    records.append(rec)
+    if on_round is not None:
+      on_round(rec)
+    if ev["loss"] >= prev_loss:                               # "stops decreasing"
+      pending = True
+    prev_loss = ev["loss"]
+  return state, records
