@@ -52,6 +52,10 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
                  help="directory with dataset files (IDX ...); also FEDJAX_DP_DATA_DIR")
   g.add_argument("--model", default=d.model,
                  help="mlp, cnn, har_cnn or linear (default depends on the dataset)")
+  g.add_argument("--hidden", default=d.hidden,
+                 help="MLP hidden widths, e.g. 32 or 200,200 (default 200,200)")
+  g.add_argument("--activation", default=d.activation, choices=("relu", "linear"),
+                 help="MLP activation (paper 004's MLP is linear)")
   g = p.add_argument_group("federated training")
   g.add_argument("--rounds", type=int, default=d.rounds, help="communication rounds")
   c = g.add_mutually_exclusive_group()
@@ -79,10 +83,11 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
   g.add_argument("--noise-multiplier", type=float, default=None,
                  help=f"noise multiplier z: noise std = z * clip norm (default "
                       f"{d.noise_multiplier})")
-  g.add_argument("--target-epsilon", type=float, default=None,
+  g.add_argument("--target-epsilon", "--epsilon", type=float, default=None,
                  help="alone: calibrate z so that --rounds rounds spend this epsilon; "
                       "with --noise-multiplier: budget guard, stop before the round that "
-                      "would take epsilon past it")
+                      "would take epsilon past it; amplitude_varying: the epsilon of its "
+                      "eq. (8)")
   g.add_argument("--delta", type=float, default=d.delta, help="delta of (epsilon, delta)-DP")
   g.add_argument("--clip-norm", type=float, default=d.clip_norm,
                  help="L2 clip norm: of each client's update (user level) or of each "
@@ -92,6 +97,26 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
                       "(default batch size / mean client size)")
   g.add_argument("--accountant", default=d.accountant, choices=("rdp", "pld"),
                  help="accountant for the reported epsilon (both are in summary.json)")
+  g = p.add_argument_group(
+      "amplitude_varying (paper 004: Yuan et al., geometric noise variance)",
+      "uses --epsilon (eq. 8), --clip-norm as the parameter clip C, --local-steps as "
+      "tau (default 5), --clients-per-round as K, --client-lr as eta; full-batch local "
+      "GD unless --batch-size")
+  g.add_argument("--vartheta", type=float, default=d.vartheta,
+                 help="ratio of the geometric variance series Theta(m) = vartheta^(m-1) "
+                      "sigma^2, eq. (6); 1 = persistent Gaussian noise")
+  g.add_argument("--mechanism", default=d.mechanism, choices=("gaussian", "laplace", "none"),
+                 help="gaussian (the paper's), laplace (its constant 'Lap' baseline) or "
+                      "none (no noise, clipping kept)")
+  g.add_argument("--laplace-mode", default=d.laplace_mode,
+                 choices=("pure_dp_split", "variance_matched"),
+                 help="calibration of the Laplace baseline")
+  g.add_argument("--alpha-d", type=float, default=d.alpha_d,
+                 help="online refinement (Theorem 2): when the test loss stops "
+                      "decreasing, M' = ceil(alpha_d M) and sigma is recomputed")
+  g.add_argument("--refinement-mode", default=d.refinement_mode,
+                 choices=("paper", "exact_budget"),
+                 help="paper: eq. (9) as printed; exact_budget: never exceeds the budget")
   g = p.add_argument_group("run")
   g.add_argument("--eval-every", type=int, default=d.eval_every,
                  help="evaluate on the test set every N rounds")
@@ -192,11 +217,17 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
   if s["neighboring_relation"] is None:
     print("  privacy: none (non-private baseline: no clipping, no noise; epsilon = inf)")
   else:
+    pld = "n/a" if s["epsilon_pld"] is None else f"{s['epsilon_pld']:.3f}"
     print(f"  privacy: ({eps_txt}, {s['delta']:g})-DP, {s['privacy_unit']}, neighbouring "
           f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
-          f"(RDP {s['epsilon_rdp']:.3f}, PLD {s['epsilon_pld']:.3f}); noise multiplier "
+          f"(RDP {s['epsilon_rdp']:.3f}, PLD {pld}); noise multiplier "
           f"{s['noise_multiplier']:.4g}, clip norm {s['clip_norm']}, sampling rate "
           f"{s['sampling_rate']:.4g}")
+  if s.get("epsilon_paper") is not None:
+    print(f"  paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
+          f"{s['epsilon_paper_target']:g}; its moment bound minimised exactly: "
+          f"{s['epsilon_paper_exact_moment_bound']:.3f}); the accountant's RDP epsilon "
+          f"above is the one to trust")
   guard = s.get("budget_guard")
   if guard and guard["stopped_early"]:
     print(f"  budget guard: stopped after {guard['rounds_run']} of {guard['rounds_planned']} "

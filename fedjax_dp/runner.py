@@ -26,10 +26,11 @@ import numpy as np
 from fedjax_dp import algorithms as algos
 from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.federated import sharding
-from fedjax_dp.federated import (PopulationData, constant_schedule, make_device_evaluator,
+from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_fn,
+                                 make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accounting, schedules
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)
@@ -50,6 +51,14 @@ class RunConfig:
   ``clip_norm``. For user-level algorithms z and the clip norm apply to each client's
   update; for ``dp_fedavg_record_level`` they apply to each example's gradient in local
   DP-SGD, whose example sampling rate is ``record_sampling_rate``.
+
+  ``batch_size`` None means the algorithm's default (16; full batch for
+  ``amplitude_varying``). ``hidden`` ("32" or "200,200") and ``activation`` shape the
+  MLP. ``amplitude_varying`` (paper 004) reads ``target_epsilon`` as the epsilon of
+  its eq. (8), ``vartheta``, ``clip_norm`` as the parameter clip C, ``local_steps`` as
+  tau (default 5), ``clients_per_round`` as K (default q N), ``mechanism``
+  (gaussian, laplace, none) with ``laplace_mode``, and online refinement
+  ``alpha_d`` with ``refinement_mode`` (paper, exact_budget).
   """
   algorithm: str = "dp_fedavg"
   dataset: str = "har"
@@ -63,7 +72,7 @@ class RunConfig:
   sampler: str = "poisson"
   local_epochs: Optional[int] = 1
   local_steps: Optional[int] = None
-  batch_size: int = 16
+  batch_size: Optional[int] = None
   client_optimizer: str = "sgd"
   client_learning_rate: float = 0.1
   server_optimizer: str = "fedavg"
@@ -81,6 +90,13 @@ class RunConfig:
   resume: Optional[str] = None
   out: Optional[str] = "runs/latest"
   verify_checksums: bool = True
+  hidden: Optional[str] = None
+  activation: str = "relu"
+  vartheta: float = 1.0
+  mechanism: str = "gaussian"
+  laplace_mode: str = "pure_dp_split"
+  alpha_d: Optional[float] = None
+  refinement_mode: str = "paper"
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
@@ -139,10 +155,29 @@ class RunConfig:
     check_choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
     check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
     check_choice("accountant", self.accountant, ("rdp", "pld"))
-    if self.algorithm != "dp_fedavg_record_level":  # record level: examples, Poisson
+    if self.algorithm == "amplitude_varying":  # K of U without replacement: RDP
+      accounting.check_accountant_supports(self.accountant, "fixed_size")
+    elif self.algorithm != "dp_fedavg_record_level":  # record level: examples, Poisson
       accounting.check_accountant_supports(self.accountant, self.sampler)
     check_int("rounds", self.rounds, minimum=1)
-    check_int("batch_size", self.batch_size, minimum=1)
+    if self.batch_size is not None:
+      check_int("batch_size", self.batch_size, minimum=1)
+    if self.hidden is not None:
+      _parse_hidden(self.hidden)
+    check_choice("activation", self.activation, ("relu", "linear"))
+    check_positive("vartheta", self.vartheta)
+    check_choice("mechanism", self.mechanism, ("gaussian", "laplace", "none"))
+    check_choice("laplace_mode", self.laplace_mode, ("pure_dp_split", "variance_matched"))
+    check_choice("refinement_mode", self.refinement_mode, ("paper", "exact_budget"))
+    if self.alpha_d is not None and not (
+        isinstance(self.alpha_d, (int, float)) and 0.0 < self.alpha_d < 1.0):
+      raise FedJaxDpError(f"alpha_d must be in (0, 1), got {self.alpha_d!r}.")
+    if self.algorithm == "amplitude_varying":
+      if self.mechanism != "none" and self.target_epsilon is None:
+        raise FedJaxDpError("amplitude_varying needs target_epsilon (--epsilon), the "
+                            "epsilon its eq. (8) calibrates the noise schedule for.")
+      if self.resume is None and self.alpha_d is not None and self.mechanism != "gaussian":
+        raise FedJaxDpError("alpha_d (online refinement) needs mechanism='gaussian'.")
     check_int("eval_every", self.eval_every, minimum=1)
     if self.devices is not None:
       check_int("devices", self.devices, minimum=1)
@@ -191,6 +226,18 @@ class RunConfig:
       raise FedJaxDpError(f"verify_checksums must be True or False, got "
                           f"{self.verify_checksums!r}.")
     return self
+
+
+def _parse_hidden(text: str) -> tuple:
+  """``"32"`` or ``"200,200"`` -> (32,) / (200, 200)."""
+  try:
+    widths = tuple(int(w) for w in str(text).split(","))
+  except ValueError:
+    widths = ()
+  if not widths or min(widths) < 1:
+    raise FedJaxDpError(f"hidden must be comma-separated positive layer widths such as "
+                        f"'32' or '200,200', got {text!r}.")
+  return widths
 
 
 _CONFIG_ALIASES = {"client_lr": "client_learning_rate", "server_lr": "server_learning_rate"}
@@ -305,9 +352,18 @@ def run_mesh(cfg: RunConfig):
 
 def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=None):
   """The `Algorithm` for ``cfg`` on ``data`` (``noise_multiplier`` already resolved)."""
-  common = dict(chunk_size=cfg.chunk_size, mesh=mesh,clients_per_round=cfg.clients_per_round, sampling_rate=cfg.sampling_rate,
+  if cfg.algorithm == "amplitude_varying":
+    k = cfg.clients_per_round or max(1, round(cfg.sampling_rate * data.num_clients))
+    return algos.amplitude_varying.amplitude_varying(
+        model, data, epsilon=cfg.target_epsilon or 1.0, delta=cfg.delta,
+        vartheta=cfg.vartheta, rounds=cfg.rounds, clients_per_round=k,
+        local_steps=cfg.local_steps or 5, learning_rate=cfg.client_learning_rate,
+        clip_norm=cfg.clip_norm, mechanism=cfg.mechanism, laplace_mode=cfg.laplace_mode,
+        batch_size=cfg.batch_size, chunk_size=cfg.chunk_size, mesh=mesh)
+  common = dict(chunk_size=cfg.chunk_size, mesh=mesh,
+                clients_per_round=cfg.clients_per_round, sampling_rate=cfg.sampling_rate,
                 sampler=cfg.sampler, local_epochs=None if cfg.local_steps else cfg.local_epochs,
-                local_steps=cfg.local_steps, batch_size=cfg.batch_size,
+                local_steps=cfg.local_steps, batch_size=cfg.batch_size or 16,
                 client_optimizer=cfg.client_optimizer,
                 client_learning_rate=cfg.client_learning_rate,
                 server_optimizer=cfg.server_optimizer,
@@ -331,6 +387,8 @@ def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
   """
   if cfg.algorithm == "fedavg":
     return 0.0
+  if cfg.algorithm == "amplitude_varying":  # eq. (8) calibrates inside; report z_1
+    return float(probe.hparams.noise_multiplier)
   if cfg.noise_multiplier is not None:  # with target_epsilon too: the budget guard
     return float(cfg.noise_multiplier)
   record = cfg.algorithm == "dp_fedavg_record_level"
@@ -437,7 +495,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
                         seed=cfg.seed, data_dir=cfg.data_dir,
                         verify_checksums=cfg.verify_checksums)
   model_name = cfg.model or DEFAULT_MODELS.get(cfg.dataset, "mlp")
-  model = create_model(model_name, data.feature_shape, data.num_classes)
+  model_kw = {}
+  if model_name == "mlp":
+    model_kw = dict(activation=cfg.activation)
+    if cfg.hidden is not None:
+      model_kw["hidden"] = _parse_hidden(cfg.hidden)
+  model = create_model(model_name, data.feature_shape, data.num_classes, **model_kw)
   mesh = run_mesh(cfg)
   probe = build_algorithm(cfg, model, data, 1.0, mesh)
   z = resolve_noise_multiplier(cfg, data, probe)
@@ -455,8 +518,9 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
         else "user", **sampling)
     accounting_fields = {"delta": cfg.delta, **sampling}
   planned = cfg.rounds
+  paper004 = cfg.algorithm == "amplitude_varying"
   guarded = (ledger is not None and cfg.target_epsilon is not None and
-             cfg.noise_multiplier is not None)
+             cfg.noise_multiplier is not None and not paper004)
   if guarded:  # decided before anything is compiled or written
     planned = budget_rounds(cfg, alg, sampling)
   root = jax.random.key(cfg.seed)
@@ -507,10 +571,23 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   if bar is not None:
     bar.update(done_before)
 
+  control = None
+  if paper004:  # host-side sigma_m per round (with online refinement when alpha_d)
+    control = algos.amplitude_varying.NoiseController(
+        alg.config, algos.amplitude_varying.OnlineRefinement(
+            cfg.alpha_d, cfg.refinement_mode) if cfg.alpha_d else None)
+    for r in saved_records:
+      control.observe(r["noise_stddev"], r.get("test_loss"))
+      control.planned = r.get("planned_rounds", control.planned)
+
   def on_round(r):
     rec = dict(r)
     rec["round"] = r["round"] + 1  # 1-based: the number of rounds completed
     rec.update(accounting_fields)
+    if control is not None:
+      rec["planned_rounds"] = control.planned  # the horizon this round ran under
+      control.observe(r["noise_stddev"], r.get("test_loss"))
+      rec["epsilon_paper"] = control.epsilon_paper()
     written.append(json_safe(rec))
     if metrics_file is not None:
       metrics_file.write(json.dumps(json_safe(rec)) + "\n")
@@ -531,14 +608,27 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
             "rounds_done": done_before + done, "config": dataclasses.asdict(cfg),
             "records": written})
 
-    if remaining > 0:
+    common = dict(ledger=ledger, device_evaluator=device_eval, on_round=on_round,
+                  on_block=on_block)
+    records = []
+    if control is not None and control.refinement is not None:
+      # Online refinement (paper 004, Theorem 2): the next sigma_m depends on the test
+      # loss, so rounds run one at a time through one compiled block.
+      block_fn = make_block_fn(alg.round_fn, device_eval)
+      while (std := control.next_stddev()) is not None:
+        hp = _paper004_hparams(alg, [std])
+        done = len(control.used)
+        state, recs = run_rounds(
+            alg.round_fn, state, pop, hp, root, rounds=1, block_size=1, eval_every=1,
+            block_fn=block_fn, **dict(common, on_block=lambda s, d, n=done: on_block(
+                s, n + 1 - done_before)))
+        records += recs
+    elif remaining > 0:
+      schedule = (_paper004_hparams(alg, control.config["stddevs"][done_before:planned])
+                  if control is not None else constant_schedule(alg.hparams, remaining))
       state, records = run_rounds(
-          alg.round_fn, state, pop, constant_schedule(alg.hparams, remaining), root,
-          rounds=remaining, block_size=cfg.eval_every, ledger=ledger,
-          eval_every=cfg.eval_every, device_evaluator=device_eval, on_round=on_round,
-          on_block=on_block)
-    else:
-      records = []
+          alg.round_fn, state, pop, schedule, root, rounds=remaining,
+          block_size=cfg.eval_every, eval_every=cfg.eval_every, **common)
     records = [dict(r, round=r["round"] - 1) for r in saved_records] + records
   finally:
     if bar is not None:
@@ -549,7 +639,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   final = evaluate(state.params)
   wall = time.perf_counter() - t_start
   eps_rdp = ledger.epsilon(accountant="rdp") if ledger else float("inf")
-  eps_pld = ledger.epsilon(accountant="pld") if ledger else float("inf")
+  eps_pld = _pld_epsilon(ledger)
   eps = eps_pld if cfg.accountant == "pld" else eps_rdp
   summary = {
       "algorithm": alg.name,
@@ -567,6 +657,8 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "epsilon": eps,
       "epsilon_rdp": eps_rdp,
       "epsilon_pld": eps_pld,
+      "epsilon_pld_note": ("" if eps_pld is not None else "dp-accounting's PLD has no "
+                           "event for sampling without replacement; RDP is reported"),
       "delta": cfg.delta,
       "accountant": cfg.accountant,
       "privacy_unit": alg.privacy.unit if alg.privacy else "none (non-private)",
@@ -584,6 +676,16 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "config": dataclasses.asdict(cfg),
       "algorithm_config": alg.config,
   }
+  if control is not None:  # paper 004: its own epsilon beside the accountant's
+    c = alg.config
+    summary.update(
+        epsilon_paper=control.epsilon_paper(),
+        epsilon_paper_exact_moment_bound=(schedules.paper_epsilon_exact(
+            control.used, c["sampling_rate"], c["sensitivity"], cfg.delta)
+            if cfg.mechanism == "gaussian" and control.used else None),
+        epsilon_paper_target=cfg.target_epsilon, vartheta=cfg.vartheta,
+        sensitivity=c["sensitivity"], noise_stddevs=control.used,
+        planned_rounds=control.planned)
   if out:
     with open(os.path.join(out, "summary.json.tmp"), "w") as f:
       json.dump(json_safe(summary), f, indent=2)
@@ -591,6 +693,23 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     _plot(records, os.path.join(out, "curves.png"),
           f"{alg.name} on {summary['dataset']}: eps={eps:.2f}, delta={cfg.delta:g}")
   return RunResult(state, records, summary, ledger)
+
+
+def _pld_epsilon(ledger) -> Optional[float]:
+  """PLD epsilon, None where dp-accounting has no PLD for the ledger's events."""
+  if ledger is None:
+    return float("inf")
+  try:
+    return ledger.epsilon(accountant="pld")
+  except accounting.UnsupportedAccountingError:
+    return None
+
+
+def _paper004_hparams(alg, stddevs):
+  """Per-round hyper-parameters ``[len(stddevs)]`` of an amplitude_varying run."""
+  c = alg.config
+  return algos.amplitude_varying.schedule_hparams(
+      stddevs, c["sensitivity"], c["sampling_rate"], c["learning_rate"], c["clip_norm"])
 
 
 def _steady_time_per_round(records: List[Dict[str, Any]]) -> Optional[float]:

@@ -189,3 +189,65 @@ def test_cli_audit_bad_input(capsys, args, needle):
   assert cli.main(["audit"] + args) == 2
   err = capsys.readouterr().err
   assert err.startswith("fedjax-dp: error:") and needle in err
+
+
+def test_amplitude_varying_from_the_main_job(tmp_path):
+  """Paper 004 through `fedjax-dp run`: per-round sigma_m and z_m in metrics.jsonl, the
+  paper's epsilon and the accountant's in summary.json."""
+  out = tmp_path / "av"
+  rc = cli.main(["run", "--algorithm", "amplitude_varying", "--dataset", "synthetic",
+                 "--num-clients", "20", "--model", "mlp", "--hidden", "8", "--activation",
+                 "linear", "--epsilon", "10", "--vartheta", "1.05", "--rounds", "6",
+                 "--clients-per-round", "5", "--clip-norm", "2", "--eval-every", "2",
+                 "--no-progress", "--out", str(out)])
+  assert rc == 0
+  s = json.loads((out / "summary.json").read_text())
+  rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+  from fedjax_dp.privacy import schedules
+  d_s = s["sensitivity"]
+  assert d_s == pytest.approx(2 * 2.0 / s["algorithm_config"]["min_local_dataset_size"])
+  expected = schedules.geometric_schedule(10.0, 1e-3, 0.25, d_s, 1.05, 6)
+  np.testing.assert_allclose([r["noise_stddev"] for r in rows], expected, rtol=1e-5)
+  np.testing.assert_allclose([r["noise_multiplier"] for r in rows], expected / d_s, rtol=1e-5)
+  assert s["epsilon_paper"] == pytest.approx(10.0, rel=1e-6)
+  assert rows[-1]["epsilon_paper"] == pytest.approx(10.0, rel=1e-6)
+  assert s["epsilon_pld"] is None and "without replacement" in s["epsilon_pld_note"]
+  assert s["privacy_unit"] == "record-level" and s["accountant"] == "rdp"
+  # The accountant's epsilon from metrics.jsonl alone (fixed-size, replace-one RDP):
+  from fedjax_dp.privacy.accounting import PrivacyLedger
+  led = PrivacyLedger(delta=rows[0]["delta"], sampler="fixed_size",
+                      population_size=rows[0]["population_size"],
+                      cohort_size=rows[0]["cohort_size"], privacy_unit="record")
+  led.record_many([r["noise_multiplier"] for r in rows], [r["sampling_rate"] for r in rows],
+                  [r["dp_steps"] for r in rows])
+  assert led.epsilon() == pytest.approx(s["epsilon_rdp"], rel=1e-6)
+
+
+def test_amplitude_varying_online_refinement_from_the_cli(tmp_path):
+  out = tmp_path / "ref"
+  rc = cli.main(["run", "--algorithm", "amplitude_varying", "--dataset", "synthetic",
+                 "--num-clients", "20", "--model", "linear", "--epsilon", "5",
+                 "--vartheta", "1.1", "--rounds", "10", "--clients-per-round", "5",
+                 "--alpha-d", "0.8", "--refinement-mode", "exact_budget",
+                 "--client-lr", "2.0", "--no-progress", "--out", str(out)])
+  assert rc == 0
+  rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+  planned = [r["planned_rounds"] for r in rows]
+  assert planned == sorted(planned, reverse=True) and len(rows) <= 10
+  assert all("test_loss" in r for r in rows)  # evaluated every round (the trigger)
+  s = json.loads((out / "summary.json").read_text())
+  assert s["epsilon_paper"] <= 5.0 * (1 + 1e-6)
+  assert len(s["noise_stddevs"]) == len(rows)
+
+
+def test_fixed_size_cohorts_finish_with_rdp_and_no_pld(tmp_path, capsys):
+  """dp-accounting's PLD has no sampling-without-replacement event: the summary says so
+  instead of failing after training (which used to lose the summary)."""
+  out = tmp_path / "fs"
+  rc = cli.main(["run", "--dataset", "synthetic", "--num-clients", "20", "--model",
+                 "linear", "--rounds", "2", "--sampler", "fixed_size",
+                 "--clients-per-round", "5", "--no-progress", "--out", str(out)])
+  assert rc == 0
+  s = json.loads((out / "summary.json").read_text())
+  assert s["epsilon_pld"] is None and s["epsilon_rdp"] > 0
+  assert "PLD n/a" in capsys.readouterr().out

@@ -186,6 +186,64 @@ class OnlineRefinement:
     check_choice("mode", self.mode, schedules.REFINEMENT_MODES)
 
 
+class NoiseController:
+  """Host-side choice of each round's sigma_m, with optional online refinement.
+
+  Without refinement it reads the planned schedule (eqs. 6 and 8). With an
+  `OnlineRefinement` it follows the note's reconstruction of Theorem 2 (section 2.9):
+  a test loss that does not decrease marks the next aggregation, where the horizon
+  becomes ``M' = ceil(alpha_d M_cur)`` and sigma is recomputed (eq. 9); training stops
+  when ``M'`` does not exceed the rounds already run.
+
+  Attributes:
+    planned: the current horizon M_cur.
+    used: the standard deviations of the rounds run so far.
+  """
+
+  def __init__(self, config: Dict[str, Any], refinement: Optional[OnlineRefinement] = None):
+    self.config = config
+    self.refinement = refinement if config["mechanism"] == "gaussian" else None
+    self.planned = int(config["rounds"])
+    self.sigma = float(config["stddevs"][0]) if config["stddevs"] else 0.0
+    self.used: List[float] = []
+    self.prev_loss = math.inf
+    self.pending = False
+
+  def next_stddev(self) -> Optional[float]:
+    """sigma_m of the next round m, or None when training is over."""
+    cfg, m = self.config, len(self.used) + 1
+    if m > self.planned:
+      return None
+    if self.refinement is None:
+      return float(cfg["stddevs"][m - 1])
+    if self.pending:                                        # "at the next aggregation"
+      new_planned = math.ceil(self.refinement.alpha_d * self.planned)  # M' = ceil(a M)
+      if new_planned <= m - 1:
+        return None                                         # no round is left
+      self.planned = new_planned
+      self.sigma = schedules.refined_amplitude(              # eq. (9)
+          cfg["epsilon"], cfg["delta"], cfg["sampling_rate"], cfg["sensitivity"],
+          cfg["vartheta"], m - 1, self.planned, self.refinement.mode, self.used)
+      self.pending = False
+    return math.sqrt(cfg["vartheta"] ** (m - 1)) * self.sigma  # Theta(m), eq. (6)
+
+  def observe(self, stddev: float, test_loss: Optional[float]) -> None:
+    """Records the round just run and its test loss ("stops decreasing": L_m >= L_m-1)."""
+    self.used.append(float(stddev))
+    if test_loss is not None:
+      if test_loss >= self.prev_loss:
+        self.pending = True
+      self.prev_loss = test_loss
+
+  def epsilon_paper(self) -> Optional[float]:
+    """The paper's epsilon of the rounds run so far (`schedules.paper_epsilon`)."""
+    if self.config["mechanism"] != "gaussian" or not self.used:
+      return None
+    c = self.config
+    return schedules.paper_epsilon(self.used, c["sampling_rate"], c["sensitivity"],
+                                   c["delta"])
+
+
 def train(alg: Algorithm, population, root_key: jax.Array, *,
           evaluate: Callable[[Any], Dict[str, float]],
           refinement: Optional[OnlineRefinement] = None,
@@ -203,48 +261,27 @@ def train(alg: Algorithm, population, root_key: jax.Array, *,
 
   Returns:
     ``(state, records)``; each record has the round's metrics, ``test_loss``,
-    ``test_accuracy``, ``noise_stddev`` (sigma_m), ``noise_multiplier`` (z_m),
-    ``planned_rounds`` (M_cur) and the paper's running epsilon ``epsilon_paper``.
+    ``test_accuracy``, ``noise_stddev`` (sigma_m), ``noise_multiplier`` (z_m =
+    sigma_m / Delta_s), ``planned_rounds`` (M_cur) and the paper's running epsilon
+    ``epsilon_paper``.
   """
   cfg = alg.config
-  eps, delta, q, d_s = cfg["epsilon"], cfg["delta"], cfg["sampling_rate"], cfg["sensitivity"]
-  vartheta, planned = cfg["vartheta"], cfg["rounds"]
-  sigma = cfg["stddevs"][0]
+  control = NoiseController(cfg, refinement)
   step = jax.jit(alg.round_fn)
   state = alg.init(jax.random.fold_in(root_key, 1 << 20))
   records: List[Dict[str, Any]] = []
-  used: List[float] = []
-  prev_loss, pending, m = math.inf, False, 0
-  while m < planned:
-    m += 1
-    if refinement is not None and pending and cfg["mechanism"] == "gaussian":
-      new_planned = math.ceil(refinement.alpha_d * planned)   # M' = ceil(alpha_d M)
-      if new_planned <= m - 1:
-        break                                                 # no round left
-      planned = new_planned
-      sigma = schedules.refined_amplitude(eps, delta, q, d_s, vartheta, m - 1, planned,
-                                          refinement.mode, used)          # eq. (9)
-      pending = False
-    if cfg["mechanism"] == "gaussian":
-      std = math.sqrt(vartheta ** (m - 1)) * sigma if refinement is not None else \
-          cfg["stddevs"][m - 1]                               # Theta(m), eq. (6)
-    else:
-      std = cfg["stddevs"][min(m, len(cfg["stddevs"])) - 1]
+  while (std := control.next_stddev()) is not None:
     hp = jax.tree_util.tree_map(lambda a: np.ravel(a)[0], schedule_hparams(
-        [std], d_s, q, cfg["learning_rate"], cfg["clip_norm"]))
-    state, metrics = step(state, population, hp, root_key)
-    used.append(std)
-    ev = evaluate(state.params)
-    rec = {k: (v.item() if hasattr(v, "item") else v)
-           for k, v in metrics._asdict().items()}
-    rec.update(round=m - 1, test_loss=ev["loss"], test_accuracy=ev["accuracy"],
-               noise_stddev=std, noise_multiplier=std / d_s, planned_rounds=planned,
-               epsilon_paper=(schedules.paper_epsilon(used, q, d_s, delta)
-                              if cfg["mechanism"] == "gaussian" else None))
+        [std], cfg["sensitivity"], cfg["sampling_rate"], cfg["learning_rate"],
+        cfg["clip_norm"]))
+    state, metrics = step(state, population, hp, root_key)   # steps 6-13
+    ev = evaluate(state.params)                              # step 14
+    control.observe(std, ev["loss"])
+    rec = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics._asdict().items()}
+    rec.update(test_loss=ev["loss"], test_accuracy=ev["accuracy"], noise_stddev=std,
+               noise_multiplier=std / cfg["sensitivity"], planned_rounds=control.planned,
+               epsilon_paper=control.epsilon_paper())
     records.append(rec)
     if on_round is not None:
       on_round(rec)
-    if ev["loss"] >= prev_loss:                               # "stops decreasing"
-      pending = True
-    prev_loss = ev["loss"]
   return state, records
