@@ -1,0 +1,99 @@
+"""Figs. 5 and 6 of paper 004: online refinement (Theorem 2, eq. 9). When the test loss
+stops decreasing, the horizon becomes M' = ceil(alpha_d M) and sigma is recomputed;
+alpha_d in {0.8, 0.9}, M = 30, epsilon = 10. Fig. 5 plots M' against m, Fig. 6 the test
+loss and accuracy. Both refinement modes run: ``paper`` (eq. 9 as printed) and
+``exact_budget`` (the note's variant, which never exceeds the budget).
+
+Usage:
+  python experiments/amplitude_varying/fig5_fig6_refinement.py [--quick]
+
+Writes ``results/fig5_fig6.json|png|md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from fedjax_dp.algorithms import amplitude_varying as av  # noqa: E402
+
+VARTHETAS = (0.9, 0.95, 1.05, 1.1)  # Fig. 6 has four curves (values unstated)
+ALPHAS = (0.8, 0.9)
+MODES = ("paper", "exact_budget")
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--dataset", default="fashion_mnist")
+  p.add_argument("--seeds", type=int, default=3)
+  p.add_argument("--rounds", type=int, default=30)
+  p.add_argument("--quick", action="store_true")
+  p.add_argument("--out", default=common.RESULTS)
+  p.add_argument("--resume", action="store_true")
+  a = p.parse_args(argv)
+  varthetas, alphas, modes, test_size = VARTHETAS, ALPHAS, MODES, None
+  if a.quick:
+    a.seeds, a.rounds, varthetas, alphas, test_size = 1, 6, (1.05,), (0.8,), 1000
+  setup = common.Setup(a.dataset, test_size=test_size)
+  res = common.Results(os.path.join(a.out, "fig5_fig6.json"), dict(
+      figure="Figs. 5 and 6", setup=setup.description, rounds=a.rounds, seeds=a.seeds,
+      paper=common.PAPER), resume=a.resume)
+  for seed in range(a.seeds):
+    for v in varthetas:
+      for alpha in alphas:
+        for mode in modes:
+          label = f"vartheta={v:g}, alpha_d={alpha:g}, {mode}"
+          if res.has(label=label, seed=seed):
+            continue
+          r = common.run(setup, seed, refinement=av.OnlineRefinement(alpha, mode),
+                         vartheta=v, rounds=a.rounds)
+          r.update(label=label, alpha_d=alpha, mode=mode)
+          res.add(r)
+          print(f"seed {seed} {label}: {r['rounds_run']} rounds, final loss "
+                f"{r['final_test_loss']:.4f}, eps paper {r['epsilon_paper']:.2f}, RDP "
+                f"{r['epsilon_rdp']:.2f}", flush=True)
+      if not res.has(label=f"vartheta={v:g}, no refinement", seed=seed):
+        r = common.run(setup, seed, vartheta=v, rounds=a.rounds)
+        r.update(label=f"vartheta={v:g}, no refinement")
+        res.add(r)
+  summarize(res, a.out, a.rounds, setup.description)
+  return 0
+
+
+def summarize(res, out, rounds, description):
+  labels = list(dict.fromkeys(r["label"] for r in res.runs))
+  lines = [f"Figs. 5/6 reproduction: {description}; M = {rounds}, epsilon = 10.", "",
+           "| setting | rounds run | final M' | final loss | min loss | final acc | "
+           "eps paper | eps RDP (fixed-size) |", "|---|---|---|---|---|---|---|---|"]
+  panels = {"planned rounds M'": [], "test loss": [], "test accuracy": []}
+  for label in labels:
+    rs = [r for r in res.runs if r["label"] == label]
+    fmt = lambda k: common.mean_spread([r.get(k) for r in rs])
+    n = min(len(r["test_loss"]) for r in rs)
+    loss = np.array([r["test_loss"][:n] for r in rs], float)
+    acc = np.array([r["test_accuracy"][:n] for r in rs], float)
+    plan = np.array([r["planned_rounds"][:n] for r in rs], float)
+    xs = np.arange(1, n + 1)
+    if "seed" in rs[0] and rs[0]["seed"] == 0:
+      panels["planned rounds M'"].append((label, xs, plan.mean(0), None))
+    panels["test loss"].append((label, xs, loss.mean(0), None))
+    panels["test accuracy"].append((label, xs, acc.mean(0), None))
+    lines.append(f"| {label} | {fmt('rounds_run')} | {rs[0]['planned_rounds'][-1]} (seed 0) | "
+                 f"{fmt('final_test_loss')} | {loss.mean(0).min():.4f} | "
+                 f"{fmt('final_test_accuracy')} | {fmt('epsilon_paper')} | "
+                 f"{fmt('epsilon_rdp')} |")
+  with open(os.path.join(out, "fig5_fig6.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  common.plot(os.path.join(out, "fig5_fig6.png"),
+              [(k, "aggregation index m", v) for k, v in panels.items()],
+              f"Figs. 5/6: {description}")
+  print("\n".join(lines))
+
+
+if __name__ == "__main__":
+  sys.exit(main())
