@@ -78,8 +78,8 @@ def test_noise_off_equals_clipped_fedavg_of_models(env):
   hp = jax.tree_util.tree_map(lambda a: np.ravel(a)[0], av.schedule_hparams(
       [0.0], alg.config["sensitivity"], 1.0, 0.2, 1.0))
   new, _ = jax.jit(alg.round_fn)(state, pop, hp, jax.random.key(5))
-  client = make_client_update(model, optax.sgd(1.0), batch_size=10, max_examples=10,
-                              local_steps=3)
+  client = jax.jit(make_client_update(model, optax.sgd(1.0), batch_size=10, max_examples=10,
+                                      local_steps=3))
   models = []
   for k in range(20):
     d, _ = client(state.params, pop.x[k], pop.y[k], pop.counts[k], jax.random.key(0),
