@@ -51,7 +51,7 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
   g.add_argument("--data-dir", default=d.data_dir,
                  help="directory with dataset files (IDX ...); also FEDJAX_DP_DATA_DIR")
   g.add_argument("--model", default=d.model,
-                 help="mlp, cnn, har_cnn or linear (default depends on the dataset)")
+                 help="mlp, cnn, lenet5, har_cnn or linear (default depends on the dataset)")
   g.add_argument("--hidden", default=d.hidden,
                  help="MLP hidden widths, e.g. 32 or 200,200 (default 200,200)")
   g.add_argument("--activation", default=d.activation, choices=("relu", "linear"),

@@ -69,6 +69,7 @@ class Setup:
     return av.amplitude_varying(self.model, self.data, **{**PAPER, **kw})
 
 
+
 def run(setup: Setup, seed: int, refinement: Optional[av.OnlineRefinement] = None,
         eval_every: int = 1, **kw) -> Dict[str, Any]:
   """One run: per-round curves, the final model's loss/accuracy and both epsilons.

@@ -2,14 +2,20 @@
 total number of aggregations M (each point a standalone run with sigma recalibrated for
 that M by eq. 8; epsilon = 10), for vartheta in {0.9, 0.95, 1, 1.05, 1.1} and the
 Laplace baseline; Table II's first-round sigma (M = 30) and minimum loss, and M*.
-Fig. 4 is the same sweep for vartheta = 1.05 over epsilon (``--epsilons``).
+Fig. 4 is the same sweep for vartheta = 1.05 over epsilon (``--fig4``). With ``--cnn``
+the model is the paper's LeNet-5 CNN on Fashion-MNIST: Figs. 8 (c, d) and 10 (FMNIST
+panels), in reduced CPU settings (minibatch 50 per local step, eta = 0.05, a coarse M
+grid and a 2,000-image test subset); ``--full`` restores full-batch GD and the whole
+test set (for a GPU).
 
 Usage:
-  python experiments/amplitude_varying/fig3_table2_horizon.py           # Fig. 3 + Table II
-  python experiments/amplitude_varying/fig3_table2_horizon.py --fig4    # Fig. 4
-  python experiments/amplitude_varying/fig3_table2_horizon.py --quick   # CI
+  python experiments/amplitude_varying/fig3_table2_horizon.py               # Fig. 3 + Table II
+  python experiments/amplitude_varying/fig3_table2_horizon.py --fig4        # Fig. 4
+  python experiments/amplitude_varying/fig3_table2_horizon.py --cnn [--fig4]  # Fig. 8 / 10
+  python experiments/amplitude_varying/fig3_table2_horizon.py --quick       # CI
 
-Writes ``results/fig3.json|png|md`` (or ``fig4.*``); each finished run is saved at once.
+Writes ``results/fig3.json|png|md`` (``fig4.*``, ``fig8.*``, ``fig10.*``); each finished
+run is saved at once.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import common  # noqa: E402
 PAPER_TABLE2 = {0.9: (0.003556, 1.03783), 0.95: (0.003654, 0.92706), 1.0: (0.003749, 0.94142),
                 1.05: (0.003841, 0.88862), 1.1: (0.003932, 1.01871)}
 M_GRID = (1, 3, 5, 8, 11, 14, 17, 20, 25, 30, 35, 40)
+CNN_M_GRID = (5, 10, 15, 20, 30)
 EPSILONS = (5.0, 10.0, 20.0, math.inf)
 
 
@@ -35,12 +42,19 @@ def main(argv=None) -> int:
   p.add_argument("--dataset", default="fashion_mnist")
   p.add_argument("--seeds", type=int, default=3)
   p.add_argument("--fig4", action="store_true", help="vartheta = 1.05, epsilon sweep")
+  p.add_argument("--cnn", action="store_true", help="LeNet-5 (Figs. 8 and 10)")
+  p.add_argument("--full", action="store_true", help="CNN: full batch, full test set")
   p.add_argument("--quick", action="store_true")
   p.add_argument("--out", default=common.RESULTS)
   p.add_argument("--resume", action="store_true")
   a = p.parse_args(argv)
-  grid, test_size = M_GRID, None
+  grid, test_size, model, extra = M_GRID, None, "mlp32", {}
   name = "fig4" if a.fig4 else "fig3"
+  if a.cnn:
+    name = "fig10" if a.fig4 else "fig8"
+    grid, model, extra = CNN_M_GRID, "lenet5", dict(learning_rate=0.05)
+    if not a.full:
+      test_size, extra["batch_size"] = 2000, 50
   if a.fig4:
     configs = [dict(vartheta=1.05, epsilon=e, mechanism="gaussian" if math.isfinite(e)
                     else "none", label=f"epsilon={e:g}" if math.isfinite(e) else "no DP")
@@ -51,9 +65,11 @@ def main(argv=None) -> int:
                                                   label="Lap")]
   if a.quick:
     a.seeds, grid, test_size, configs = 1, (1, 3), 1000, configs[:2] + configs[-1:]
-  setup = common.Setup(a.dataset, test_size=test_size)
+  setup = common.Setup(a.dataset, model=model, test_size=test_size)
   res = common.Results(os.path.join(a.out, f"{name}.json"), dict(
-      figure="Fig. 4" if a.fig4 else "Fig. 3 + Table II", setup=setup.description,
+      figure={"fig3": "Fig. 3 + Table II", "fig4": "Fig. 4", "fig8": "Fig. 8 (FMNIST)",
+              "fig10": "Fig. 10 (FMNIST)"}[name], setup=setup.description, model=model,
+      extra=extra,
       m_grid=list(grid), seeds=a.seeds, paper=common.PAPER), resume=a.resume)
   for seed in range(a.seeds):
     for c in configs:
@@ -63,21 +79,22 @@ def main(argv=None) -> int:
         kw = {k: v for k, v in c.items() if k != "label"}
         if not math.isfinite(kw.get("epsilon", 1.0)):
           kw["epsilon"] = 1.0  # unused without noise
-        r = common.run(setup, seed, rounds=m, eval_every=m, **kw)
+        r = common.run(setup, seed, rounds=m, eval_every=m, **kw, **extra)
         r.update(label=c["label"], rounds=m)
         r.pop("test_loss"), r.pop("test_accuracy")  # only the final model matters here
         res.add(r)
         print(f"seed {seed} {c['label']} M={m}: loss {r['final_test_loss']:.4f} acc "
               f"{r['final_test_accuracy']:.4f}", flush=True)
-  summarize(res, a.out, name, setup.description, a.fig4)
+  summarize(res, a.out, name, setup.description, a.fig4 or a.cnn)
   return 0
 
 
-def summarize(res, out, name, description, fig4):
+def summarize(res, out, name, description, no_table2):
   labels = list(dict.fromkeys(r["label"] for r in res.runs))
   grid = sorted({r["rounds"] for r in res.runs})
   panels = {"final test loss": [], "final test accuracy": []}
-  lines = [f"{'Fig. 4' if fig4 else 'Fig. 3 / Table II'} reproduction: {description}; "
+  lines = [f"{res.meta['figure']} reproduction: {description}; model {res.meta['model']} "
+           f"{res.meta['extra'] or ''}; "
            "each point is a standalone run calibrated for its M; delta = 1e-3, q = 0.1, "
            "tau = 5, C = 5, eta = 0.1.", "",
            "| setting | sigma_1 at M=30 | min final loss (M*) | final loss at M=30 | "
@@ -103,7 +120,8 @@ def summarize(res, out, name, description, fig4):
     eps30 = (f"{at30[0]['epsilon_rdp']:.2f} / {at30[0]['epsilon_rdp_poisson']:.2f}"
              if at30 and "epsilon_rdp" in at30[0] else "n/a")
     v = rs[0].get("vartheta")
-    paper = PAPER_TABLE2.get(v) if (not fig4 and rs[0]["mechanism"] == "gaussian") else None
+    paper = (PAPER_TABLE2.get(v) if (not no_table2 and rs[0]["mechanism"] == "gaussian")
+             else None)
     lines.append(
         f"| {label} | {sig30} | {loss[i]:.4f} ± {lstd[i]:.4f} (M*={grid[i]}) | {l30} | "
         f"{acc[i]:.4f} | {eps30} | {paper[0] if paper else '—'} | "
@@ -114,7 +132,7 @@ def summarize(res, out, name, description, fig4):
     f.write("\n".join(lines) + "\n")
   common.plot(os.path.join(out, f"{name}.png"),
               [(k, "total aggregations M", v) for k, v in panels.items()],
-              f"{'Fig. 4' if fig4 else 'Fig. 3'}: {description}")
+              f"{res.meta['figure']}: {description}")
   print("\n".join(lines))
 
 

@@ -24,7 +24,7 @@ from fedjax_dp.validation import FedJaxDpError, check_choice
 
 Params = Any
 
-MODEL_NAMES = ("mlp", "cnn", "har_cnn", "linear")
+MODEL_NAMES = ("mlp", "cnn", "lenet5", "har_cnn", "linear")
 LOSSES = ("cross_entropy", "hinge")
 
 
@@ -94,7 +94,8 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
 
   Args:
     name: one of ``MODEL_NAMES``: ``"mlp"`` (hidden widths ``hidden``), ``"cnn"``
-      (2-conv MNIST-style CNN, needs an image ``[H, W]`` or ``[H, W, C]``),
+      (2-conv MNIST-style CNN, needs an image ``[H, W]`` or ``[H, W, C]``), ``"lenet5"``
+      (LeNet-5, paper 004's CNN),
       ``"har_cnn"`` (1-D CNN, needs ``[T, channels]``), ``"linear"``.
     feature_shape: shape of one example.
     num_classes: number of classes (>= 2).
@@ -118,6 +119,11 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
       raise FedJaxDpError(
           f"model 'cnn' needs image features [H, W] or [H, W, C], got {feature_shape}.")
     module = modules.CNN(num_classes=num_classes)
+  elif name == "lenet5":
+    if len(feature_shape) not in (2, 3) or min(feature_shape[:2]) < 16:
+      raise FedJaxDpError(f"model 'lenet5' needs images of at least 16x16 ([H, W] or "
+                          f"[H, W, C]), got {feature_shape}.")
+    module = modules.LeNet5(num_classes=num_classes)
   elif name == "har_cnn":
     if len(feature_shape) != 2:
       raise FedJaxDpError(

@@ -60,6 +60,26 @@ class CNN(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class LeNet5(nn.Module):
+  """LeNet-5 layout: conv(6, 5x5) -> relu -> maxpool 2 -> conv(16, 5x5) -> relu ->
+  maxpool 2 -> dense 120 -> relu -> dense 84 -> relu -> dense(num_classes); VALID
+  convolutions. The "2 conv (kernel 5) + 3 FC" CNN of Yuan et al. (paper 004, Sec. V-C;
+  layout per its implementation note, section 5.3): 44,426 parameters on 28x28x1.
+  """
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    if x.ndim == 3:
+      x = x[..., None]
+    for f in (6, 16):
+      x = max_pool(nn.relu(Conv(f, (5, 5), padding="VALID")(x)), (2, 2))
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(120)(x))
+    x = nn.relu(nn.Dense(84)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
 class HARConv1D(nn.Module):
   """1-D CNN for inertial windows ``[B, T, channels]`` (e.g. HAR 128 x 6).
 

@@ -38,7 +38,7 @@ def test_logits_shape(name, feature_shape):
 
 
 def test_all_model_names_covered():
-  assert set(MODEL_NAMES) == {"mlp", "cnn", "har_cnn", "linear"}
+  assert set(MODEL_NAMES) == {"mlp", "cnn", "lenet5", "har_cnn", "linear"}
 
 
 def test_count_params_mlp_hand_count():
