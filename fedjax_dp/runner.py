@@ -38,7 +38,7 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, chec
 CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
 SAMPLERS = ("poisson", "fixed_size")
 
-DEFAULT_MODELS = {"har": "har_cnn", "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn",
+DEFAULT_MODELS = {"adult": "linear", "har": "har_cnn", "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn",
                   "cifar10": "cnn", "synthetic": "mlp"}
 
 

@@ -129,7 +129,8 @@ NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max
 @SETTINGS
 @given(flag=st.sampled_from(["--dataset", "--model", "--partition"]), name=NAME)
 def test_unknown_names(capsys, tmp_path, flag, name):
-  known = {"--dataset": ("har", "fashion_mnist", "mnist", "emnist", "cifar10", "synthetic"),
+  known = {"--dataset": ("har", "fashion_mnist", "mnist", "emnist", "cifar10", "adult",
+                         "synthetic"),
            "--model": ("mlp", "cnn", "lenet5", "har_cnn", "linear"),
            "--partition": ("natural", "iid", "dirichlet", "shards", "quantity_skew")}[flag]
   if name in known:

@@ -48,6 +48,8 @@ class Setup:
     if model == "mlp32":  # the paper's 784-32-10 MLP with linear activation
       self.model = create_model("mlp", d.feature_shape, d.num_classes, hidden=(32,),
                                 activation="linear")
+    elif model == "svm":  # linear SVM: hinge loss on the two-class margin
+      self.model = create_model("linear", d.feature_shape, d.num_classes, loss="hinge")
     else:
       self.model = create_model(model, d.feature_shape, d.num_classes)
     self.pop = PopulationData(jnp.asarray(d.x), jnp.asarray(d.y), jnp.asarray(d.counts))

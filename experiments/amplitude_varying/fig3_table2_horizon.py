@@ -8,10 +8,16 @@ panels), in reduced CPU settings (minibatch 50 per local step, eta = 0.05, a coa
 grid and a 2,000-image test subset); ``--full`` restores full-batch GD and the whole
 test set (for a GPU).
 
+With ``--svm`` the model is a linear SVM (hinge loss) on UCI Adult, 100 IID clients
+of about 302 rows: Figs. 7 (vartheta sweep) and 9 (``--svm --fig4``: epsilon sweep, M up
+to 50). The paper's L2 term lambda_r is not added (parameter clipping bounds the
+weights instead).
+
 Usage:
   python experiments/amplitude_varying/fig3_table2_horizon.py               # Fig. 3 + Table II
   python experiments/amplitude_varying/fig3_table2_horizon.py --fig4        # Fig. 4
   python experiments/amplitude_varying/fig3_table2_horizon.py --cnn [--fig4]  # Fig. 8 / 10
+  python experiments/amplitude_varying/fig3_table2_horizon.py --svm [--fig4]  # Fig. 7 / 9
   python experiments/amplitude_varying/fig3_table2_horizon.py --quick       # CI
 
 Writes ``results/fig3.json|png|md`` (``fig4.*``, ``fig8.*``, ``fig10.*``); each finished
@@ -34,6 +40,7 @@ PAPER_TABLE2 = {0.9: (0.003556, 1.03783), 0.95: (0.003654, 0.92706), 1.0: (0.003
                 1.05: (0.003841, 0.88862), 1.1: (0.003932, 1.01871)}
 M_GRID = (1, 3, 5, 8, 11, 14, 17, 20, 25, 30, 35, 40)
 CNN_M_GRID = (5, 10, 15, 20, 30)
+SVM_M_GRID = (5, 10, 15, 20, 25, 30, 40, 50)
 EPSILONS = (5.0, 10.0, 20.0, math.inf)
 
 
@@ -44,6 +51,7 @@ def main(argv=None) -> int:
   p.add_argument("--fig4", action="store_true", help="vartheta = 1.05, epsilon sweep")
   p.add_argument("--cnn", action="store_true", help="LeNet-5 (Figs. 8 and 10)")
   p.add_argument("--full", action="store_true", help="CNN: full batch, full test set")
+  p.add_argument("--svm", action="store_true", help="linear SVM on Adult (Figs. 7 and 9)")
   p.add_argument("--quick", action="store_true")
   p.add_argument("--out", default=common.RESULTS)
   p.add_argument("--resume", action="store_true")
@@ -55,6 +63,9 @@ def main(argv=None) -> int:
     grid, model, extra = CNN_M_GRID, "lenet5", dict(learning_rate=0.05)
     if not a.full:
       test_size, extra["batch_size"] = 2000, 50
+  if a.svm:
+    name = "fig9" if a.fig4 else "fig7"
+    grid, model, a.dataset, extra = SVM_M_GRID, "svm", "adult", dict(learning_rate=0.1)
   if a.fig4:
     configs = [dict(vartheta=1.05, epsilon=e, mechanism="gaussian" if math.isfinite(e)
                     else "none", label=f"epsilon={e:g}" if math.isfinite(e) else "no DP")
@@ -68,7 +79,8 @@ def main(argv=None) -> int:
   setup = common.Setup(a.dataset, model=model, test_size=test_size)
   res = common.Results(os.path.join(a.out, f"{name}.json"), dict(
       figure={"fig3": "Fig. 3 + Table II", "fig4": "Fig. 4", "fig8": "Fig. 8 (FMNIST)",
-              "fig10": "Fig. 10 (FMNIST)"}[name], setup=setup.description, model=model,
+              "fig10": "Fig. 10 (FMNIST)", "fig7": "Fig. 7 (Adult)",
+              "fig9": "Fig. 9 (Adult)"}[name], setup=setup.description, model=model,
       extra=extra,
       m_grid=list(grid), seeds=a.seeds, paper=common.PAPER), resume=a.resume)
   for seed in range(a.seeds):
@@ -85,7 +97,7 @@ def main(argv=None) -> int:
         res.add(r)
         print(f"seed {seed} {c['label']} M={m}: loss {r['final_test_loss']:.4f} acc "
               f"{r['final_test_accuracy']:.4f}", flush=True)
-  summarize(res, a.out, name, setup.description, a.fig4 or a.cnn)
+  summarize(res, a.out, name, setup.description, a.fig4 or a.cnn or a.svm)
   return 0
 
 
