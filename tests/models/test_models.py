@@ -11,7 +11,8 @@ from fedjax_dp.validation import FedJaxDpError
 
 
 @pytest.mark.parametrize("name,feature_shape", [
-    ("mlp", (4, 3)), ("cnn", (8, 8)), ("cnn", (6, 6, 2)), ("har_cnn", (16, 3)),
+    ("mlp", (4, 3)), ("cnn", (8, 8)), ("cnn", (6, 6, 2)), ("lenet5", (16, 16, 1)),
+    ("har_cnn", (16, 3)),
     ("linear", (2, 3, 2)),
 ])
 def test_logits_shape(name, feature_shape):
@@ -111,3 +112,15 @@ def test_bad_arguments_raise(kwargs, match):
   with pytest.raises(FedJaxDpError, match=match):
     create_model(**kwargs)
   assert issubclass(FedJaxDpError, ValueError)
+
+
+def test_lenet5_matches_paper_004_layout():
+  """2 conv (5x5, 6 and 16 filters) + 3 dense (120, 84, 10): 44,426 parameters on
+  28x28x1 and 62,006 on 32x32x3 (the paper-004 note, section 5.3)."""
+  import jax
+  from fedjax_dp.models import count_params, create_model
+  for shape, n in (((28, 28, 1), 44426), ((32, 32, 3), 62006)):
+    m = create_model("lenet5", shape, 10)
+    p = m.init(jax.random.key(0))
+    assert count_params(p) == n
+    assert m.apply(p, np.zeros((2,) + shape, np.float32)).shape == (2, 10)
