@@ -23,7 +23,6 @@ Writes ``results/table3.json|md``.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import jax
 import numpy as np
 import optax
 

@@ -35,7 +35,6 @@ import jax.numpy as jnp
 import optax
 from scipy import stats
 
-from fedjax_dp.federated import keys as keylib
 from fedjax_dp.privacy import clipping, noise
 from fedjax_dp.validation import FedJaxDpError, check_int, check_probability
 

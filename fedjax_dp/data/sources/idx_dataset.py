@@ -8,7 +8,6 @@ from typing import Optional, Sequence
 from fedjax_dp.data.sources import idx, integrity
 from fedjax_dp.data.sources.errors import DataFileError
 from fedjax_dp.data.sources.central import CentralData, scale_images
-from fedjax_dp.validation import FedJaxDpError
 
 DATA_DIR_ENV = "FEDJAX_DP_DATA_DIR"
 

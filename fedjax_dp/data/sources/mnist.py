@@ -28,7 +28,7 @@ from fedjax_dp.data.sources.central import CentralData, scale_images
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.idx_dataset import (candidate_dirs, find_idx_files,
                                                 load_idx_dir)
-from fedjax_dp.validation import FedJaxDpError, check_int
+from fedjax_dp.validation import check_int
 
 NUM_CLASSES = 10
 SUBDIRS = ("mnist",)
