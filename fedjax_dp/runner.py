@@ -576,9 +576,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     control = algos.amplitude_varying.NoiseController(
         alg.config, algos.amplitude_varying.OnlineRefinement(
             cfg.alpha_d, cfg.refinement_mode) if cfg.alpha_d else None)
-    for r in saved_records:
-      control.observe(r["noise_stddev"], r.get("test_loss"))
-      control.planned = r.get("planned_rounds", control.planned)
+    control.restore(saved_records)
 
   def on_round(r):
     rec = dict(r)
@@ -615,13 +613,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       # Online refinement (paper 004, Theorem 2): the next sigma_m depends on the test
       # loss, so rounds run one at a time through one compiled block.
       block_fn = make_block_fn(alg.round_fn, device_eval)
+      # on_round has already counted the round when the checkpoint is written.
+      common["on_block"] = lambda s, _: on_block(s, len(control.used) - done_before)
       while (std := control.next_stddev()) is not None:
-        hp = _paper004_hparams(alg, [std])
-        done = len(control.used)
         state, recs = run_rounds(
-            alg.round_fn, state, pop, hp, root, rounds=1, block_size=1, eval_every=1,
-            block_fn=block_fn, **dict(common, on_block=lambda s, d, n=done: on_block(
-                s, n + 1 - done_before)))
+            alg.round_fn, state, pop, _paper004_hparams(alg, [std]), root, rounds=1,
+            block_size=1, eval_every=1, block_fn=block_fn, **common)
         records += recs
     elif remaining > 0:
       schedule = (_paper004_hparams(alg, control.config["stddevs"][done_before:planned])

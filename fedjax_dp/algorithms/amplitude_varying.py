@@ -235,6 +235,15 @@ class NoiseController:
         self.pending = True
       self.prev_loss = test_loss
 
+  def restore(self, records: Sequence[Dict[str, Any]]) -> None:
+    """Replays the rounds of a resumed run (each record's ``noise_stddev`` and
+    ``test_loss``), so the next sigma_m is what the uninterrupted
+    run would have used: the same decisions are replayed (they are deterministic given
+    the losses), and the recorded sigma_m is kept."""
+    for r in records:
+      self.next_stddev()  # applies a pending refinement exactly as the run did
+      self.observe(r["noise_stddev"], r.get("test_loss"))
+
   def epsilon_paper(self) -> Optional[float]:
     """The paper's epsilon of the rounds run so far (`schedules.paper_epsilon`)."""
     if self.config["mechanism"] != "gaussian" or not self.used:

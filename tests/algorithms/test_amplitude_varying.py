@@ -175,3 +175,27 @@ def test_bad_arguments(env):
     assert len(_COMPILES) == before
   with pytest.raises(FedJaxDpError, match="alpha_d"):
     av.OnlineRefinement(1.0)
+
+
+def test_noise_controller_restores_a_refined_run():
+  """A resumed run continues with the sigma_m the uninterrupted run would use."""
+  cfg = dict(epsilon=10.0, delta=1e-3, sampling_rate=0.1, sensitivity=1 / 60,
+             vartheta=1.05, rounds=20, mechanism="gaussian",
+             stddevs=list(schedules.geometric_schedule(10.0, 1e-3, 0.1, 1 / 60, 1.05, 20)))
+  losses = [1.0, 0.9, 0.95, 0.8, 0.7, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
+  straight = av.NoiseController(cfg, av.OnlineRefinement(0.8, "paper"))
+  records, stds = [], []
+  for loss in losses:
+    std = straight.next_stddev()
+    records.append({"noise_stddev": std, "test_loss": loss,
+                    "planned_rounds": straight.planned})
+    straight.observe(std, loss)
+    stds.append(std)
+  resumed = av.NoiseController(cfg, av.OnlineRefinement(0.8, "paper"))
+  resumed.restore(records[:7])
+  for r in records[7:]:
+    std = resumed.next_stddev()
+    assert std == pytest.approx(r["noise_stddev"], rel=1e-12)
+    assert resumed.planned == r["planned_rounds"]
+    resumed.observe(std, r["test_loss"])
+  assert len(set(r["planned_rounds"] for r in records)) > 1  # refinement did happen
