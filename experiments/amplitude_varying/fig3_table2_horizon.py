@@ -108,12 +108,13 @@ def summarize(res, out, name, description, no_table2):
   lines = [f"{res.meta['figure']} reproduction: {description}; model {res.meta['model']} "
            f"{res.meta['extra'] or ''}; "
            "each point is a standalone run calibrated for its M; delta = 1e-3, q = 0.1, "
-           "tau = 5, C = 5, eta = 0.1.", "",
+           f"tau = 5, C = 5, eta = {res.meta['extra'].get('learning_rate', 0.1)}.", "",
            "| setting | sigma_1 at M=30 | min final loss (M*) | final loss at M=30 | "
            "acc at M* | eps RDP at M=30 (fixed-size / Poisson) | paper sigma | paper min "
            "loss |", "|---|---|---|---|---|---|---|---|"]
   for label in labels:
     rs = [r for r in res.runs if r["label"] == label]
+    grid = sorted({r["rounds"] for r in rs})  # an interrupted sweep: what this label has
     loss = np.array([[np.mean([r["final_test_loss"] for r in rs if r["rounds"] == m])]
                      for m in grid]).ravel()
     lstd = np.array([np.std([r["final_test_loss"] for r in rs if r["rounds"] == m])
@@ -138,6 +139,7 @@ def summarize(res, out, name, description, no_table2):
         f"| {label} | {sig30} | {loss[i]:.4f} ± {lstd[i]:.4f} (M*={grid[i]}) | {l30} | "
         f"{acc[i]:.4f} | {eps30} | {paper[0] if paper else '—'} | "
         f"{paper[1] if paper else '—'} |")
+  grid = sorted({r["rounds"] for r in res.runs})
   lines.append(f"\nM grid {grid}; mean ± std over {n_seeds} seed(s)."
                + (" The paper reports M* = 17 for every vartheta (Fig. 3)."
                   if name == "fig3" else ""))
