@@ -43,6 +43,10 @@ def _build(name, env, fedsgd_alg):
     return dp_fedavg_record_level(model, fd, record_clip_norm=1.0, record_noise_multiplier=0.3,
                                   clients_per_round=8, local_steps=4,
                                   record_sampling_rate=0.5, client_learning_rate=0.3)
+  if name == "amplitude_varying":  # paper 004; a large epsilon keeps the noise small
+    return ALGORITHMS[name](model, fd, epsilon=200.0, vartheta=1.0, rounds=12,
+                            clients_per_round=8, local_steps=4, learning_rate=0.3,
+                            clip_norm=10.0)
   return fedavg(model, fd, clients_per_round=8, batch_size=5, client_learning_rate=0.3)
 
 
@@ -72,6 +76,14 @@ def test_algorithm_learns(name, env, fedsgd_alg):
       assert r["sampling_rate"] == pytest.approx(0.5)
       assert r["noise_stddev"] == pytest.approx(0.3)
       assert 0.0 <= r["example_clip_fraction"] <= 1.0
+  elif name == "amplitude_varying":  # record level; z_m = sigma_m / Delta_s
+    assert alg.privacy.unit == "record-level" and alg.privacy.sampler == "fixed_size"
+    sigma = alg.config["stddevs"][0]
+    for r in recs:
+      assert r["dp_steps"] == 1 and r["sampling_rate"] == pytest.approx(8 / fd.num_clients)
+      assert r["noise_stddev"] == pytest.approx(sigma, rel=1e-5)
+      assert r["noise_multiplier"] == pytest.approx(sigma / alg.config["sensitivity"],
+                                                    rel=1e-5)
   elif name == "fedavg":
     assert alg.privacy is None
     assert all(r["noise_multiplier"] == 0.0 and r["noise_stddev"] == 0.0 for r in recs)
