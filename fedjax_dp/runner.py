@@ -704,9 +704,7 @@ def _pld_epsilon(ledger) -> Optional[float]:
 
 def _paper004_hparams(alg, stddevs):
   """Per-round hyper-parameters ``[len(stddevs)]`` of an amplitude_varying run."""
-  c = alg.config
-  return algos.amplitude_varying.schedule_hparams(
-      stddevs, c["sensitivity"], c["sampling_rate"], c["learning_rate"], c["clip_norm"])
+  return algos.amplitude_varying.hparams_for(alg.config, stddevs)
 
 
 def _steady_time_per_round(records: List[Dict[str, Any]]) -> Optional[float]:

@@ -90,9 +90,7 @@ def run(setup: Setup, seed: int, refinement: Optional[av.OnlineRefinement] = Non
   if refinement is None:
     state = alg.init(jax.random.fold_in(key, 1 << 20))
     m = alg.config["rounds"]
-    sched = av.schedule_hparams(alg.config["stddevs"], alg.config["sensitivity"],
-                                alg.config["sampling_rate"], alg.config["learning_rate"],
-                                alg.config["clip_norm"])
+    sched = av.hparams_for(alg.config, alg.config["stddevs"])
     state, recs = run_rounds(round_fn, state, setup.pop, sched, key, rounds=m,
                              block_size=1, eval_every=eval_every, block_fn=block_fn,
                              device_evaluator=setup.evaluator)
@@ -169,6 +167,18 @@ class Results:
       json.dump({"meta": self.meta, "runs": self.runs}, f, indent=1,
                 default=lambda o: None)
     os.replace(tmp, self.path)
+
+
+def write_report(out: str, name: str, lines, panels=None, xlabel: str = "",
+                 title: str = "") -> None:
+  """Writes ``<name>.md`` (the table ``lines``) and, with ``panels``, ``<name>.png``
+  (see `plot`); prints the table."""
+  with open(os.path.join(out, f"{name}.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  if panels is not None:
+    plot(os.path.join(out, f"{name}.png"), [(k, xlabel, v) for k, v in panels.items()],
+         title)
+  print("\n".join(lines))
 
 
 def plot(path: str, panels, title: str) -> None:

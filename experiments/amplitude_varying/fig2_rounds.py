@@ -77,12 +77,8 @@ def summarize(res, out, rounds, description):
         f"{fmt('final_test_accuracy')} | {fmt('epsilon_paper')} | {fmt('epsilon_rdp')} | "
         f"{fmt('epsilon_rdp_poisson')} |")
   lines.append(f"\n{len(res.runs) // max(len(labels), 1)} seed(s); mean ± std over seeds.")
-  with open(os.path.join(out, "fig2.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  common.plot(os.path.join(out, "fig2.png"),
-              [(k, "aggregation index m", v) for k, v in curves.items()],
-              f"Fig. 2: {description}")
-  print("\n".join(lines))
+  common.write_report(out, "fig2", lines, curves, "aggregation index m",
+                      f"Fig. 2: {description}")
 
 
 if __name__ == "__main__":

@@ -143,12 +143,8 @@ def summarize(res, out, name, description, no_table2):
   lines.append(f"\nM grid {grid}; mean ± std over {n_seeds} seed(s)."
                + (" The paper reports M* = 17 for every vartheta (Fig. 3)."
                   if name == "fig3" else ""))
-  with open(os.path.join(out, f"{name}.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  common.plot(os.path.join(out, f"{name}.png"),
-              [(k, "total aggregations M", v) for k, v in panels.items()],
-              f"{res.meta['figure']}: {description}")
-  print("\n".join(lines))
+  common.write_report(out, name, lines, panels, "total aggregations M",
+                      f"{res.meta['figure']}: {description}")
 
 
 if __name__ == "__main__":

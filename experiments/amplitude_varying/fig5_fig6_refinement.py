@@ -87,12 +87,8 @@ def summarize(res, out, rounds, description):
                  f"{fmt('final_test_loss')} | {loss.mean(0).min():.4f} | "
                  f"{fmt('final_test_accuracy')} | {fmt('epsilon_paper')} | "
                  f"{fmt('epsilon_rdp')} |")
-  with open(os.path.join(out, "fig5_fig6.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  common.plot(os.path.join(out, "fig5_fig6.png"),
-              [(k, "aggregation index m", v) for k, v in panels.items()],
-              f"Figs. 5/6: {description}")
-  print("\n".join(lines))
+  common.write_report(out, "fig5_fig6", lines, panels, "aggregation index m",
+                      f"Figs. 5/6: {description}")
 
 
 if __name__ == "__main__":

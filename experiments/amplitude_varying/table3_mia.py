@@ -62,8 +62,7 @@ def train_fl(model, fd, seed, rounds, epsilon, vartheta, mechanism, clients_per_
   key = jax.random.key(seed)
   state = alg.init(jax.random.fold_in(key, 1 << 20))
   c = alg.config
-  sched = av.schedule_hparams(c["stddevs"], c["sensitivity"], c["sampling_rate"],
-                              c["learning_rate"], c["clip_norm"])
+  sched = av.hparams_for(c, c["stddevs"])
   static = (fd.num_clients, clients_per_round, mechanism, rounds)
   if static not in _COMPILED:  # one program per federation shape serves every cell
     _COMPILED[static] = (alg.round_fn, make_block_fn(alg.round_fn))
@@ -152,9 +151,7 @@ def summarize(res, out):
     f = lambda k: common.mean_spread([r[k] for r in rs])
     lines.append(f"| {label} | {f('shadow_accuracy')} | {f('shadow_auc')} | "
                  f"{f('loss_threshold_accuracy')} | {rs[0]['paper']} |")
-  with open(os.path.join(out, "table3.md"), "w") as fh:
-    fh.write("\n".join(lines) + "\n")
-  print("\n".join(lines))
+  common.write_report(out, "table3", lines)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,13 @@ def schedule_hparams(stddevs: Sequence[float], sensitivity: float, sampling_rate
       server_learning_rate=full(1.0))
 
 
+def hparams_for(config: Dict[str, Any], stddevs: Sequence[float]) -> RoundHParams:
+  """`schedule_hparams` for an algorithm's ``config`` (its Delta_s, q, eta and C) and the
+  per-round standard deviations ``stddevs`` ``[M]``."""
+  return schedule_hparams(stddevs, config["sensitivity"], config["sampling_rate"],
+                          config["learning_rate"], config["clip_norm"])
+
+
 @dataclasses.dataclass
 class OnlineRefinement:
   """Online refinement of the series (Theorem 2, eq. 9; note section 2.9).
@@ -280,9 +287,7 @@ def train(alg: Algorithm, population, root_key: jax.Array, *,
   state = alg.init(jax.random.fold_in(root_key, 1 << 20))
   records: List[Dict[str, Any]] = []
   while (std := control.next_stddev()) is not None:
-    hp = jax.tree_util.tree_map(lambda a: np.ravel(a)[0], schedule_hparams(
-        [std], cfg["sensitivity"], cfg["sampling_rate"], cfg["learning_rate"],
-        cfg["clip_norm"]))
+    hp = jax.tree_util.tree_map(lambda a: np.ravel(a)[0], hparams_for(cfg, [std]))
     state, metrics = step(state, population, hp, root_key)   # steps 6-13
     ev = evaluate(state.params)                              # step 14
     control.observe(std, ev["loss"])
