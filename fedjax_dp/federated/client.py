@@ -83,12 +83,24 @@ class ClientHParams(NamedTuple):
       step the *model parameters* are projected to ``||w||_2 <= C_w`` (global norm
       over all leaves), ``w <- w / max(1, ||w|| / C_w)`` (Yuan et al., Algorithm 1,
       line 9; the parameter clipping behind the sensitivity ``2 C_w / |D_k|``).
+    final_param_clip_norm: float32 B, or None (off): once, after local training, the
+      client's final *model parameters* are projected to ``||x_i||_2 <= B``
+      (NbAFL, Wei et al. 2020; Talaei and Izadi (PADPFL), section III: "clipping the
+      local weights using a bounding limit B"). A client without examples keeps the
+      received model unclipped (its update stays exactly zero).
+    prox_mu: float32 mu >= 0, or None (off, nothing compiled): FedProx's proximal term
+      ``(mu / 2) ||w - w_0||^2`` anchored at the received (possibly noisy) global
+      model ``w_0`` is added to the local objective (Li et al. 2020, FedProx, eq. 2;
+      PADPFL eqs. 4, 30 and 31: the gradient gains ``mu (w - w_0)``). Non-private local
+      training only.
   """
   record_clip_norm: Any = 1.0
   record_noise_multiplier: Any = 0.0
   record_sampling_rate: Any = 1.0
   learning_rate: Any = None
   param_clip_norm: Any = None
+  final_param_clip_norm: Any = None
+  prox_mu: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,20 +191,26 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     total = jnp.sum(per_ex * mask)
     return total / jnp.maximum(jnp.sum(mask), 1.0), total
 
+  def project(params, bound):
+    """``w <- w / max(1, ||w|| / bound)``; NaN parameters stay NaN (the round then
+    zeroes and counts that client)."""
+    c = jnp.asarray(bound, jnp.float32)
+    norm = clipping.global_norm(params)
+    scale = jnp.where(norm > c, c / jnp.maximum(norm, 1e-30), 1.0)
+    return jax.tree_util.tree_map(lambda l: (l * scale).astype(l.dtype), params)
+
   def sgd_step(params, opt_state, grads, active, lr, param_clip_norm=None):
     updates, new_opt = optimizer.update(grads, opt_state, params)
     updates = jax.tree_util.tree_map(lambda u: (u * lr).astype(u.dtype), updates)
     new_params = optax.apply_updates(params, updates)
     if param_clip_norm is not None:  # project the parameters onto ||w|| <= C_w
-      # NaN parameters stay NaN (the round then zeroes and counts that client).
-      c = jnp.asarray(param_clip_norm, jnp.float32)
-      norm = clipping.global_norm(new_params)
-      scale = jnp.where(norm > c, c / jnp.maximum(norm, 1e-30), 1.0)
-      new_params = jax.tree_util.tree_map(lambda l: (l * scale).astype(l.dtype),
-                                          new_params)
+      new_params = project(new_params, param_clip_norm)
     return _tree_where(active, new_params, params), _tree_where(active, new_opt, opt_state)
 
-  def finish(params0, params, loss_sum, seen, count, steps, clip_frac, trunc, nonfinite):
+  def finish(params0, params, loss_sum, seen, count, steps, clip_frac, trunc, nonfinite,
+             final_clip=None):
+    if final_clip is not None:  # PADPFL / NbAFL: ||x_i|| <= B after local training
+      params = _tree_where(count > 0, project(params, final_clip), params)
     delta = jax.tree_util.tree_map(jnp.subtract, params, params0)
     out = params if return_weights else delta
     metrics = ClientMetrics(
@@ -230,6 +248,10 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       idx, mask, active = batch_at(s)
       (_, total), grads = jax.value_and_grad(batch_loss, has_aux=True)(
           params, x[idx], y[idx], mask)
+      if hparams.prox_mu is not None:  # FedProx: grad of (mu/2)||w - w_0||^2
+        mu = jnp.asarray(hparams.prox_mu, jnp.float32)
+        grads = jax.tree_util.tree_map(
+            lambda g, w, w0: (g + mu * (w - w0)).astype(g.dtype), grads, params, params0)
       if skip_nonfinite_steps:
         grads, finite = clipping.zero_if_nonfinite(grads)
       else:
@@ -245,9 +267,12 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     (params, _, loss_sum, seen, taken, nonfinite), _ = jax.lax.scan(
         step, init, jnp.arange(num_steps))
     return finish(params0, params, loss_sum, seen, count, taken, jnp.zeros(()),
-                  jnp.zeros((), jnp.int32), nonfinite)
+                  jnp.zeros((), jnp.int32), nonfinite, hparams.final_param_clip_norm)
 
   def dp_sgd_update(params0, x, y, count, key, hparams):
+    if hparams.prox_mu is not None:
+      raise FedJaxDpError("ClientHParams.prox_mu (FedProx) is available with non-private "
+                          "local training only, not with local DP-SGD (dp_sgd).")
     bmax = dp_sgd.max_batch_size
     valid = jnp.arange(max_n) < count
     q = jnp.asarray(hparams.record_sampling_rate, jnp.float32)
@@ -288,6 +313,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         step, init, jnp.arange(dp_sgd.num_steps))
     return finish(params0, params, loss_sum, seen, count,
                   jnp.where(count > 0, dp_sgd.num_steps, 0),
-                  clipped_n / jnp.maximum(seen, 1.0), trunc, nonfinite)
+                  clipped_n / jnp.maximum(seen, 1.0), trunc, nonfinite,
+                  hparams.final_param_clip_norm)
 
   return dp_sgd_update if dp_sgd is not None else non_private_update

@@ -182,6 +182,11 @@ _SCHEDULE_BOUNDS = {
     "server_learning_rate": ("> 0", lambda v: v > 0, False),
     "sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
     "record_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
+    "param_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
+    "final_param_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
+    "prox_mu": (">= 0", lambda v: v >= 0, False),
+    "server_noise_stddev": (">= 0", lambda v: v >= 0, False),
+    "client_weights": ("in [0, 1]", lambda v: (v >= 0) & (v <= 1), False),
 }
 
 

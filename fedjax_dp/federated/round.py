@@ -13,7 +13,8 @@
    e. add the weighted updates to the running sum;
    so memory is O(chunk_size x P), whatever the cohort size K;
 3. one ``psum`` of the per-device sums over the mesh's ``"clients"`` axis;
-4. central noise, once on the weighted sum;
+4. central noise, once on the weighted sum (``"local_and_central"``: both, as NbAFL /
+   PADPFL's client noise plus server top-up);
 5. division by a fixed public denominator ``q W`` (DP-FedAvg) or by the actual weight
    sum (non-private FedAvg);
 6. the server optimiser (optax) applied to the aggregated delta, scaled by the
@@ -45,7 +46,7 @@ from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_p
 
 PyTree = Any
 
-NOISE_MODES = ("none", "central", "local")
+NOISE_MODES = ("none", "central", "local", "local_and_central")
 WEIGHTINGS = ("uniform", "data_size", "custom")
 DENOMINATORS = ("expected", "actual")
 
@@ -61,6 +62,14 @@ class RoundHParams(NamedTuple):
     client: `ClientHParams` for local training (learning rate, record-level DP-SGD).
     server_learning_rate: float32 eta_s multiplying the server optimiser's step, or
       None (the optimiser's own rate); see `fedjax_dp.federated.server.server_update`.
+    client_weights: float32 ``[num_clients]`` aggregation weights in [0, 1] indexed by
+      population client id (e.g. PADPFL's impact factors p_i), read by
+      ``weighting="custom"`` instead of ``PopulationData.weights``; as a schedule
+      ``[rounds, num_clients]``, so time-varying weights never recompile. None: use
+      the population's.
+    server_noise_stddev: float32 sigma_S >= 0, the standard deviation (parameter units)
+      of the server's Gaussian noise on the weighted sum with
+      ``noise="local_and_central"`` (PADPFL eq. 13); ignored otherwise.
 
   The algorithms in `fedjax_dp.algorithms` build their optimisers with learning rate 1
   and read both rates from here: start from ``alg.hparams`` and ``_replace`` fields.
@@ -70,6 +79,8 @@ class RoundHParams(NamedTuple):
   sampling_rate: Any
   client: ClientHParams = ClientHParams()
   server_learning_rate: Any = None
+  client_weights: Any = None
+  server_noise_stddev: Any = None
 
 
 class RoundMetrics(NamedTuple):
@@ -95,6 +106,7 @@ class RoundMetrics(NamedTuple):
   example_clip_fraction: jax.Array
   batch_truncated: jax.Array
   aggregate_norm: jax.Array
+  server_noise_stddev: jax.Array
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,7 +115,9 @@ class RoundConfig:
 
   Attributes:
     clip_updates: clip each client's update to ``hp.clip_norm`` (user-level DP).
-    noise: ``"none"``, ``"central"`` (on the weighted sum) or ``"local"`` (per client).
+    noise: ``"none"``, ``"central"`` (on the weighted sum), ``"local"`` (per client)
+      or ``"local_and_central"`` (per client with ``z * C``, then
+      ``hp.server_noise_stddev`` on the weighted sum).
     weighting: ``"uniform"``, ``"data_size"`` (``min(n_k / cap, 1)`` when
       ``data_size_cap`` is set) or ``"custom"`` (``data.weights[client_id]``, any
       weight vector given with the population).
@@ -213,7 +227,8 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       # Padding slots and clients without examples have count 0: a zero update.
       updates, cm = vmapped_client(params, x, y, ccounts, train_keys, hp.client)
       # User-level clipping (McMahan et al. 2018, Alg. 1, ClipFn); non-finite -> zeros.
-      if config.clip_updates and config.noise != "local":
+      local = config.noise in ("local", "local_and_central")
+      if config.clip_updates and not local:
         # The fused hot path: two passes over the chunk's updates.
         summed, norms, finite = aggregation.clipped_weighted_sum(updates, cw, clip_norm)
       else:
@@ -224,7 +239,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
               lambda l: jnp.where(f, l, jnp.zeros_like(l)), u))(updates, finite)
           norms = jax.vmap(clipping.global_norm)(updates)
-        if config.noise == "local":
+        if local:
           nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
           updates = noise.add_local_noise(nkeys, updates, cz * clip_norm,
                                           config.noise_distribution)
@@ -265,10 +280,12 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     elif config.weighting == "data_size":
       weights = aggregation.data_size_weights(counts, mask, config.data_size_cap)
     else:
-      if data.weights is None:
+      source = hp.client_weights if hp.client_weights is not None else data.weights
+      if source is None:
         raise FedJaxDpError("RoundConfig(weighting='custom') needs "
-                            "PopulationData.weights [num_clients].")
-      weights = jnp.asarray(data.weights, jnp.float32)[ids] * mask.astype(jnp.float32)
+                            "RoundHParams.client_weights or PopulationData.weights "
+                            "[num_clients].")
+      weights = jnp.asarray(source, jnp.float32)[ids] * mask.astype(jnp.float32)
 
     clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
     z = jnp.asarray(hp.noise_multiplier, jnp.float32)
@@ -313,6 +330,13 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     total = part.total
     if config.noise == "central":
       total = noise.add_gaussian_noise(keylib.stream(rkey, keylib.NOISE), total, std)
+    server_std = jnp.zeros(())
+    if config.noise == "local_and_central":
+      if hp.server_noise_stddev is None:
+        raise FedJaxDpError("RoundConfig(noise='local_and_central') needs "
+                            "RoundHParams.server_noise_stddev.")
+      server_std = jnp.asarray(hp.server_noise_stddev, jnp.float32)
+      total = noise.add_gaussian_noise(keylib.stream(rkey, keylib.NOISE), total, server_std)
     if config.denominator == "expected":
       denom = q * config.population_weight
     else:
@@ -347,6 +371,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
         example_clip_fraction=part.example_clip / safe,
         batch_truncated=part.batch_truncated,
         aggregate_norm=clipping.global_norm(delta),
+        server_noise_stddev=server_std,
     )
     return new_state, metrics
 

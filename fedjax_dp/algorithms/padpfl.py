@@ -1,0 +1,247 @@
+"""PADPFL: priority-based aggregation with adaptive differential privacy.
+
+Talaei and Izadi, "Enhancing Federated Learning with Adaptive Differential Privacy and
+Priority-Based Aggregation" (paper 000 in ../shared/papers; equation numbers are the
+paper's, line numbers those of the implementation note's pseudocode, section 3.7).
+
+NbAFL (Wei et al. 2020) with non-uniform, possibly time-varying aggregation weights
+("impact factors") p_i. Every client trains locally on a FedProx objective anchored at
+the received noisy model, clips its *weights* to ``||x_i|| <= B``, adds Gaussian noise
+of one common SD sigma_C (eq. 8) and uploads; the server averages with weights p and
+adds sigma_S (eq. 13) so that the broadcast model carries total noise sigma_A. Every
+client takes part in every round (no sampling). The non-private mode has no clipping
+and no noise (note A12).
+
+Mapping onto the engine (`fedjax_dp.federated.round`): the client's final weights are
+clipped by ``ClientHParams.final_param_clip_norm = B``; the round adds local noise of
+SD ``z * Delta`` with ``Delta = 2B / m_min`` (the upload's sensitivity, eq. 7) and
+``z = sigma_C / Delta = R c / epsilon``; the weighted sum uses
+``RoundHParams.client_weights = p^(t)`` with the fixed denominator 1 (``sum p = 1``,
+eq. 2), so ``x = sum_i p_i x~_i`` (eq. 11); ``RoundHParams.server_noise_stddev`` adds
+sigma_S. ``p`` and every sigma are per-round arrays: changing them never recompiles.
+
+Privacy: the paper's (epsilon, delta) is the classical Gaussian mechanism scaled
+linearly by R (uplink) and T (downlink) (`fedjax_dp.privacy.nbafl.nominal_privacy`).
+The accountant's epsilon of the noise actually added (RDP over R uploads, over all T
+uploads, and over the T broadcasts) comes from `fedjax_dp.privacy.nbafl.
+accountant_epsilon`; the run's ledger composes the per-round uplink events (z, q = 1),
+i.e. the "every upload seen" reading, record-level, replace-one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+import optax
+
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
+from fedjax_dp.federated import impact_factors as impact
+from fedjax_dp.federated import server, sharding
+from fedjax_dp.federated.client import ClientHParams, make_client_update
+from fedjax_dp.federated.driver import run_rounds
+from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.sampling import FixedSizeSampler
+from fedjax_dp.privacy import nbafl
+from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, check_int,
+                                  check_non_negative, check_positive)
+
+
+def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: float = 0.01,
+           rounds: int = 30, exposures: int = 1, clip_bound: float = 20.0,
+           learning_rate: float = 0.02, local_steps: int = 10,
+           batch_size: Optional[int] = None, prox_mu: float = 0.01, private: bool = True,
+           chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
+  """PADPFL (note section 3.7) instantiated for one dataset and model.
+
+  Args:
+    model: a `fedjax_dp.models.Model` (the paper's: an MLP with one ReLU hidden layer).
+    data: `FederatedData` (or anything with ``num_clients``, ``max_examples`` and
+      ``counts``); m_min = ``min_i counts[i]`` over all N clients (note A7).
+    impact_factors: p, float ``[N]`` (fixed) or ``[T, N]`` (row ``t - 1`` is
+      ``p^(t)``, the weights of aggregation round t; Sec. V, eq. 51); entries in
+      [0, 1], every row summing to 1 (eq. 2). See `fedjax_dp.federated.impact_factors`
+      (``resolve("0-1-2", part_of_client=...)``, ``switch_schedule``).
+    epsilon, delta: the calibration target of eqs. (8) and (13) (epsilon > 0,
+      delta in (0, 1); the paper: delta = 0.01, epsilon in {5, 20}).
+    rounds: T, aggregation rounds (>= 1); a ``[T, N]`` schedule must have T rows.
+    exposures: R, the uploads an adversary may see, 1 <= R <= T (note A4: 1).
+    clip_bound: B > 0, the bound on each client's weight norm (unstated in the paper;
+      note A3: about the norm of the non-private local models, ~20 for 784-256-10).
+    learning_rate: local SGD step size (the paper: 0.02).
+    local_steps: tau local steps per round (unstated; note A1: 10 full-batch steps).
+    batch_size: local minibatch size; None = the full local dataset (the DP
+      derivation's "batch size equal to the local dataset size").
+    prox_mu: FedProx mu >= 0 (eqs. 4, 30; unstated, note A2: 0.01; 0 = FedAvg).
+    private: False = the non-private mode (no clipping, no noise; note A12).
+    chunk_size, mesh: see `fedjax_dp.federated.round.make_round`.
+
+  Returns:
+    An `Algorithm`; ``config`` holds the p schedule (``impact_factors`` ``[T][N]``),
+    the per-round ``sigma_c``, ``sigma_ac``, ``sigma_a``, ``sigma_s`` (lists ``[T]``,
+    zeros when not private) and ``sensitivity`` (2B/m_min). Build the per-round
+    hyper-parameters with `schedule_hparams`.
+
+  Raises:
+    FedJaxDpError: invalid arguments (named), before anything is compiled.
+  """
+  eps = check_epsilon(epsilon)
+  delta = check_delta(delta)
+  t = check_int("rounds", rounds, minimum=1)
+  r = check_int("exposures", exposures, minimum=1, maximum=t)
+  b = check_positive("clip_bound", clip_bound)
+  eta = check_positive("learning_rate", learning_rate)
+  tau = check_int("local_steps", local_steps, minimum=1)
+  mu = check_non_negative("prox_mu", prox_mu)
+  if not isinstance(private, bool):
+    raise FedJaxDpError(f"private must be True or False, got {private!r}.")
+  n = int(data.num_clients)
+  counts = np.asarray(data.counts)
+  if counts.min() < 1:
+    raise FedJaxDpError("every client needs at least one example (Delta f = 2B/m_i, eq. 7).")
+  m_min = int(counts.min())
+  p = np.asarray(impact_factors, np.float64)
+  if p.ndim == 1:
+    p = impact.constant_schedule(p, t)
+  p = impact.check_schedule(p, name="impact_factors")
+  if p.shape != (t, n):
+    raise FedJaxDpError(f"impact_factors must be [num_clients={n}] or [rounds={t}, "
+                        f"num_clients={n}], got shape {p.shape}.")
+
+  # Lines 1-3 and 7-9: c, m_min, sigma_C (eq. 8); sigma_A and sigma_S (eq. 13) per round.
+  levels = nbafl.noise_levels_per_round(p, b, r, m_min, eps, delta)
+  if not private:
+    levels = nbafl.NoiseLevels(*(np.zeros(t) for _ in range(4)))
+  sensitivity = 2.0 * b / m_min                                      # eq. (7)
+
+  sampler = FixedSizeSampler.create(n, n)                            # every client
+  full = int(data.max_examples)
+  bsize = full if batch_size is None else check_int("batch_size", batch_size, minimum=1)
+  client = make_client_update(model, optax.sgd(1.0), batch_size=bsize, max_examples=full,
+                              local_steps=tau)                        # lines 12-14
+  config = RoundConfig(
+      clip_updates=False, noise="local_and_central" if private else "none",
+      weighting="custom", denominator="expected", population_weight=1.0,  # eq. (11)
+      chunk_size=chunk_size)
+  server_opt = optax.sgd(1.0)  # x~(t+1) = the noisy weighted average itself (line 19)
+  round_fn = require_learning_rates(make_round(client, sampler, server_opt, config,
+                                               mesh=mesh))
+  alg_config = dict(
+      epsilon=eps, delta=delta, rounds=t, exposures=r, clip_bound=b, learning_rate=eta,
+      local_steps=tau, batch_size=bsize, prox_mu=mu, private=private, num_clients=n,
+      sampling_rate=1.0, min_local_dataset_size=m_min, sensitivity=sensitivity,
+      gaussian_constant=nbafl.gaussian_constant(delta),
+      impact_factors=p.tolist(),
+      sigma_c=[float(v) for v in levels.sigma_c], sigma_ac=[float(v) for v in levels.sigma_ac],
+      sigma_a=[float(v) for v in levels.sigma_a], sigma_s=[float(v) for v in levels.sigma_s])
+  privacy = None
+  if private:
+    privacy = PrivacySpec(
+        "record-level", "replace one example of one client's local dataset",
+        sampler.kind, sampler.dp_event_kwargs(),
+        note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
+              "every upload, server noise sigma_S (eq. 13); the ledger composes every "
+              "round's upload (z = sigma_C / (2B/m_min)), i.e. all T uploads seen; the "
+              "paper's own epsilon assumes R uploads seen and is the classical Gaussian "
+              "mechanism scaled linearly"))
+  hp0 = jax.tree_util.tree_map(lambda a: np.asarray(a)[0] if np.ndim(a) else a,
+                               schedule_hparams(alg_config))
+  return Algorithm(
+      name="padpfl", round_fn=round_fn,
+      init=lambda key: sharding.replicate(
+          server.init_server_state(model.init(key), server_opt), mesh),
+      hparams=hp0, privacy=privacy, k_max=sampler.k_max, config=alg_config)
+
+
+def schedule_hparams(config: Dict[str, Any], start: int = 0,
+                     stop: Optional[int] = None) -> RoundHParams:
+  """Per-round `RoundHParams` for rounds ``start .. stop - 1`` (0-based) of a PADPFL run.
+
+  ``clip_norm`` is the round's noise scale Delta = 2B/m_min and ``noise_multiplier`` is
+  ``sigma_C / Delta`` (what the ledger composes); ``client_weights`` is p^(t)
+  ``[T, N]`` and ``server_noise_stddev`` sigma_S ``[T]``; B, mu and eta ride in
+  `ClientHParams` (B and mu are left out, i.e. not compiled, when not private / mu = 0).
+  """
+  stop = config["rounds"] if stop is None else stop
+  sl = slice(start, stop)
+  m = len(range(config["rounds"])[sl])
+  full = lambda v: np.full(m, v, np.float32)
+  delta_up = config["sensitivity"]
+  sigma_c = np.asarray(config["sigma_c"], np.float32)[sl]
+  private = config["private"]
+  client = ClientHParams(
+      learning_rate=full(config["learning_rate"]),
+      final_param_clip_norm=full(config["clip_bound"]) if private else None,
+      prox_mu=full(config["prox_mu"]) if config["prox_mu"] > 0 else None)
+  return RoundHParams(
+      clip_norm=full(delta_up), noise_multiplier=sigma_c / np.float32(delta_up),
+      sampling_rate=full(1.0), client=client, server_learning_rate=full(1.0),
+      client_weights=np.asarray(config["impact_factors"], np.float32)[sl],
+      server_noise_stddev=np.asarray(config["sigma_s"], np.float32)[sl])
+
+
+def train(alg: Algorithm, phases: Sequence[Tuple[int, Any]], root_key: jax.Array, *,
+          state=None, start_round: int = 0, stop_round: Optional[int] = None,
+          **run_kwargs) -> Tuple[Any, List[Dict[str, Any]]]:
+  """Runs PADPFL over data phases (scenario 4 changes the clients' data at t = 11).
+
+  Args:
+    alg: from `padpfl`.
+    phases: ``[(first_round, population), ...]``: from aggregation round
+      ``first_round`` (1-based, the first phase's is 1) the clients train on
+      ``population`` (a `PopulationData`; all phases share shapes, so one program
+      serves them all).
+    root_key: the run's root key.
+    state: a `ServerState` to continue from (default ``alg.init``).
+    start_round, stop_round: run rounds ``start_round .. stop_round - 1`` (0-based;
+      default all T).
+    **run_kwargs: passed to `fedjax_dp.federated.driver.run_rounds` (ledger,
+      device_evaluator, on_round, block_fn, eval_every, block_size, on_block).
+
+  Returns:
+    ``(state, records)`` with one record per round run.
+
+  Raises:
+    FedJaxDpError: phases that do not start at round 1 or are not increasing.
+  """
+  t = alg.config["rounds"]
+  stop = t if stop_round is None else stop_round
+  starts = [int(s) for s, _ in phases]
+  if not starts or starts[0] != 1 or any(b <= a for a, b in zip(starts, starts[1:])):
+    raise FedJaxDpError(f"phases must start at round 1 and increase, got starts {starts}.")
+  if state is None:
+    state = alg.init(jax.random.fold_in(root_key, 1 << 20))
+  records: List[Dict[str, Any]] = []
+  bounds = starts[1:] + [t + 1]
+  for (first, pop), end in zip(phases, bounds):
+    lo, hi = max(first - 1, start_round), min(end - 1, stop)
+    if hi <= lo:
+      continue
+    state, recs = run_rounds(alg.round_fn, state, pop, schedule_hparams(alg.config, lo, hi),
+                             root_key, rounds=hi - lo, **run_kwargs)
+    records += recs
+  return state, records
+
+
+def nominal_and_accountant_epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
+  """The paper's epsilon beside the accountant's for a PADPFL ``config`` (RDP).
+
+  Returns a dict with ``epsilon_paper`` (the calibration target, classical Gaussian
+  mechanism with linear R/T scaling; `nbafl.nominal_privacy`), ``epsilon_rdp_uplink``
+  (R uploads seen), ``epsilon_rdp_uplink_all_uploads`` (all T),
+  ``epsilon_rdp_downlink`` (T broadcasts) and ``z_uplink``; infinities when the run is
+  not private.
+  """
+  if not config["private"]:
+    inf = float("inf")
+    return dict(epsilon_paper=inf, epsilon_rdp_uplink=inf,
+                epsilon_rdp_uplink_all_uploads=inf, epsilon_rdp_downlink=inf,
+                z_uplink=0.0)
+  acc = nbafl.accountant_epsilon(
+      np.asarray(config["impact_factors"]), config["clip_bound"], config["rounds"],
+      config["exposures"], config["min_local_dataset_size"], config["epsilon"],
+      config["delta"])
+  return dict(epsilon_paper=config["epsilon"], epsilon_rdp_uplink=acc["uplink_epsilon"],
+              epsilon_rdp_uplink_all_uploads=acc["uplink_all_uploads_epsilon"],
+              epsilon_rdp_downlink=acc["downlink_epsilon"], z_uplink=acc["z_uplink"])
