@@ -11,6 +11,7 @@ import argparse
 import dataclasses
 import json
 import math
+import re
 import sys
 from typing import List, Optional
 
@@ -117,6 +118,21 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
   g.add_argument("--refinement-mode", default=d.refinement_mode,
                  choices=("paper", "exact_budget"),
                  help="paper: eq. (9) as printed; exact_budget: never exceeds the budget")
+  g = p.add_argument_group(
+      "padpfl (paper 000: Talaei and Izadi, impact factors with client and server noise)",
+      "uses --dataset (images; default model an MLP with --hidden 64), --epsilon and "
+      "--delta (eqs. 8 and 13), --clip-norm as the weight bound B, --local-steps as tau "
+      "(default 10, full batch unless --batch-size), --client-lr, --mechanism none for "
+      "the non-private mode")
+  g.add_argument("--scenario", type=int, default=d.scenario, choices=(1, 2, 3, 4),
+                 help="heterogeneity scenario of the paper's Table I (60 clients in 3 parts)")
+  g.add_argument("--impact-factors", default=d.impact_factors,
+                 help="personalized (the scenario's own), equal, data_size, a per-part "
+                      "ratio such as 0-1-2, or 0-1-2>2-1-0 (switch after round 10)")
+  g.add_argument("--exposures", type=int, default=d.exposures,
+                 help="R: uploads an adversary may see, 1 <= R <= rounds (eq. 8)")
+  g.add_argument("--prox-mu", type=float, default=d.prox_mu,
+                 help="FedProx mu of the local objective (eq. 4); 0 = FedAvg")
   g = p.add_argument_group("run")
   g.add_argument("--eval-every", type=int, default=d.eval_every,
                  help="evaluate on the test set every N rounds")
@@ -223,7 +239,14 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
           f"(RDP {s['epsilon_rdp']:.3f}, PLD {pld}); noise multiplier "
           f"{s['noise_multiplier']:.4g}, clip norm {s['clip_norm']}, sampling rate "
           f"{s['sampling_rate']:.4g}")
-  if s.get("epsilon_paper") is not None:
+  if s.get("epsilon_rdp_downlink") is not None:
+    print(f"  paper 000's own accounting: epsilon {s['epsilon_paper']:g} per its "
+          f"classical Gaussian calibration; the accountant (RDP) on the noise added: "
+          f"uplink {s['epsilon_rdp_uplink']:.3f} over R = {s['exposures']} upload(s), "
+          f"{s['epsilon_rdp_uplink_all_uploads']:.3f} over all uploads, downlink "
+          f"{s['epsilon_rdp_downlink']:.3f}; sigma_C {s['sigma_c'][0]:.4g}, sigma_S "
+          f"{s['sigma_s'][-1]:.4g}, sigma_A {s['sigma_a'][-1]:.4g} (last round)")
+  elif s.get("epsilon_paper") is not None:
     print(f"  paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
           f"{s['epsilon_paper_target']:g}; its moment bound minimised exactly: "
           f"{s['epsilon_paper_exact_moment_bound']:.3f}); the accountant's RDP epsilon "
@@ -346,7 +369,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def _flag_hint(parser: argparse.ArgumentParser, args, message: str, explicit: set) -> str:
   """Where the value came from, when ``message`` is a check of one RunConfig field
-  (``"<field> must ..."`` or ``"unknown <field> ..."``): `` (option --client-lr)`` if
+  (``"<field> must ..."``, ``"<field>='...' has ..."`` or ``"unknown <field> ..."``): `` (option --client-lr)`` if
   it was typed, `` (key 'client_learning_rate' of config file 'run.toml')`` if it came
   from ``--config``, nothing for a default."""
   if args.command != "run":
@@ -355,7 +378,8 @@ def _flag_hint(parser: argparse.ArgumentParser, args, message: str, explicit: se
     field = _FIELD_FOR_DEST.get(action.dest, action.dest)
     flags = [o for o in action.option_strings if o.startswith("--")]
     if flags and field not in _NOT_FIELDS and (
-        message.startswith(field + " must") or message.startswith(f"unknown {field} ")):
+        re.match(re.escape(field) + r"\b(?!_)", message) or
+        message.startswith(f"unknown {field} ")):
       if action.dest in explicit:
         return f" (option {flags[0]})"
       if args.config:

@@ -59,6 +59,16 @@ class RunConfig:
   tau (default 5), ``clients_per_round`` as K (default q N), ``mechanism``
   (gaussian, laplace, none) with ``laplace_mode``, and online refinement
   ``alpha_d`` with ``refinement_mode`` (paper, exact_budget).
+
+  ``padpfl`` (paper 000) builds the heterogeneity ``scenario`` (1-4 of its Table I:
+  60 clients in three parts, salt-and-pepper noise per part or unequal sizes) from
+  ``dataset`` (an image dataset; default model: an MLP with ``hidden`` units, 64 by
+  default), and reads ``impact_factors`` ("personalized": the scenario's own assignment;
+  "equal", "data_size", a ratio such as "0-1-2", or "0-1-2>2-1-0" for the scenario-4
+  switch after round 10), ``target_epsilon`` and ``delta`` as the calibration target
+  of its eqs. (8) and (13), ``clip_norm`` as the weight bound B, ``exposures`` as R,
+  ``prox_mu`` as FedProx's mu, ``local_steps`` as tau (default 10, full batch unless
+  ``batch_size``) and ``mechanism`` (gaussian, or none: the non-private mode).
   """
   algorithm: str = "dp_fedavg"
   dataset: str = "har"
@@ -97,6 +107,10 @@ class RunConfig:
   laplace_mode: str = "pure_dp_split"
   alpha_d: Optional[float] = None
   refinement_mode: str = "paper"
+  scenario: int = 1
+  impact_factors: str = "personalized"
+  exposures: int = 1
+  prox_mu: float = 0.01
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
@@ -155,7 +169,7 @@ class RunConfig:
     check_choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
     check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
     check_choice("accountant", self.accountant, ("rdp", "pld"))
-    if self.algorithm == "amplitude_varying":  # K of U without replacement: RDP
+    if self.algorithm in ("amplitude_varying", "padpfl"):  # without replacement: RDP
       accounting.check_accountant_supports(self.accountant, "fixed_size")
     elif self.algorithm != "dp_fedavg_record_level":  # record level: examples, Poisson
       accounting.check_accountant_supports(self.accountant, self.sampler)
@@ -178,6 +192,20 @@ class RunConfig:
                             "epsilon its eq. (8) calibrates the noise schedule for.")
       if self.resume is None and self.alpha_d is not None and self.mechanism != "gaussian":
         raise FedJaxDpError("alpha_d (online refinement) needs mechanism='gaussian'.")
+    check_int("scenario", self.scenario, minimum=1, maximum=4)
+    check_int("exposures", self.exposures, minimum=1)
+    check_non_negative("prox_mu", self.prox_mu)
+    _check_impact_spec(self.impact_factors)
+    if self.algorithm == "padpfl":
+      if self.mechanism == "laplace":
+        raise FedJaxDpError("padpfl's mechanism must be 'gaussian' or 'none' (the "
+                            "non-private mode), got 'laplace'.")
+      if self.mechanism != "none" and self.target_epsilon is None:
+        raise FedJaxDpError("padpfl needs target_epsilon (--epsilon), the epsilon its "
+                            "eqs. (8) and (13) calibrate the noise for.")
+      if self.exposures > self.rounds:
+        raise FedJaxDpError(f"exposures (R) must be <= rounds (T) = {self.rounds}, got "
+                            f"{self.exposures}.")
     check_int("eval_every", self.eval_every, minimum=1)
     if self.devices is not None:
       check_int("devices", self.devices, minimum=1)
@@ -226,6 +254,22 @@ class RunConfig:
       raise FedJaxDpError(f"verify_checksums must be True or False, got "
                           f"{self.verify_checksums!r}.")
     return self
+
+
+def _check_impact_spec(spec: Any) -> None:
+  """Syntax of ``impact_factors``: a keyword, a ratio "a-b-c" or a switch "r1>r2"."""
+  from fedjax_dp.federated import impact_factors as impact
+  if not isinstance(spec, str) or not spec.strip():
+    raise FedJaxDpError(f"impact_factors must be 'personalized', 'equal', 'data_size', a "
+                        f"ratio such as '0-1-2' or a switch such as '0-1-2>2-1-0', got "
+                        f"{spec!r}.")
+  if spec.strip().lower() in ("personalized", "equal", "uniform", "data_size"):
+    return
+  sides = spec.split(">")
+  if len(sides) > 2:
+    raise FedJaxDpError(f"impact_factors allows one switch 'before>after', got {spec!r}.")
+  for side in sides:
+    impact.parse_ratio(side, name="impact_factors")
 
 
 def _parse_hidden(text: str) -> tuple:
@@ -350,8 +394,18 @@ def run_mesh(cfg: RunConfig):
   return sharding.client_mesh(local[:n]) if n > 1 else None
 
 
-def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=None):
-  """The `Algorithm` for ``cfg`` on ``data`` (``noise_multiplier`` already resolved)."""
+def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=None,
+                    part_of_client=None):
+  """The `Algorithm` for ``cfg`` on ``data`` (``noise_multiplier`` already resolved;
+  ``part_of_client`` ``[N]``: padpfl's client parts, from `padpfl_scenario`)."""
+  if cfg.algorithm == "padpfl":
+    return algos.padpfl.padpfl(
+        model, data, impact_factors=padpfl_impact_factors(cfg, data, part_of_client),
+        epsilon=cfg.target_epsilon or 1.0,
+        delta=cfg.delta, rounds=cfg.rounds, exposures=cfg.exposures, clip_bound=cfg.clip_norm,
+        learning_rate=cfg.client_learning_rate, local_steps=cfg.local_steps or 10,
+        batch_size=cfg.batch_size, prox_mu=cfg.prox_mu, private=cfg.mechanism != "none",
+        chunk_size=cfg.chunk_size, mesh=mesh)
   if cfg.algorithm == "amplitude_varying":
     k = cfg.clients_per_round or max(1, round(cfg.sampling_rate * data.num_clients))
     return algos.amplitude_varying.amplitude_varying(
@@ -379,6 +433,52 @@ def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=N
   return algos.fedavg(model, data, **common)
 
 
+def padpfl_scenario(cfg: RunConfig, base):
+  """Paper 000's heterogeneity ``cfg.scenario`` built from ``base``'s training images
+  (`fedjax_dp.data.heterogeneity.build_scenario`: random parts, Dirichlet(1) label
+  skew with exact client sizes, salt-and-pepper per part; the test set stays clean).
+  A subset dataset (the 5,000-image MNIST) gets the sizes scaled by 0.4 (note 000,
+  section 6.4).
+
+  Raises:
+    FedJaxDpError: a dataset without images or too small for the scenario.
+  """
+  from fedjax_dp.data import heterogeneity
+  if len(base.feature_shape) not in (2, 3):
+    raise FedJaxDpError(f"padpfl scenarios need an image dataset (fashion_mnist, mnist), "
+                        f"got {base.name!r} with features {base.feature_shape}.")
+  x, y = base.x[base.example_mask], base.y[base.example_mask]
+  return heterogeneity.build_scenario(
+      cfg.scenario, x, y, seed=cfg.seed, size_scale=0.4 if base.is_subset else 1.0,
+      num_classes=base.num_classes, test_x=base.test_x, test_y=base.test_y,
+      name=f"{base.name} (PADPFL scenario {cfg.scenario})", source=base.source,
+      is_subset=base.is_subset)
+
+
+def padpfl_impact_factors(cfg: RunConfig, data, part_of_client) -> np.ndarray:
+  """p (``[N]``) or the schedule p^(t) (``[T, N]``) named by ``cfg.impact_factors`` for
+  the scenario ``data`` (a `FederatedData` from `padpfl_scenario`) with clients in
+  parts ``part_of_client`` ``[N]``: "personalized" is the scenario's own assignment of
+  the paper's private-mode figure (scenario 4: 0-1-2, then 2-1-0 after round 10)."""
+  from fedjax_dp.data import heterogeneity
+  from fedjax_dp.federated import impact_factors as impact
+  parts = np.asarray(part_of_client)
+  sc = heterogeneity.SCENARIOS[cfg.scenario]
+  spec = cfg.impact_factors.strip().lower()
+  if spec == "personalized":
+    phases = [(start, r) for start, r in sc.impact_phases if start <= cfg.rounds]
+    if len(phases) == 1:
+      return impact.from_part_ratios(phases[0][1], parts)
+    return impact.piecewise_schedule(
+        [(start, impact.from_part_ratios(r, parts)) for start, r in phases], cfg.rounds)
+  if ">" in spec:
+    before, after = spec.split(">")
+    return impact.switch_schedule(parts, before, after, rounds=cfg.rounds,
+                                  switch_after=min(impact.SCENARIO4_SWITCH_AFTER,
+                                                   cfg.rounds - 1))
+  return impact.resolve(spec, part_of_client=parts, counts=data.counts)
+
+
 def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
   """z from the config, or calibrated so that ``rounds`` rounds spend ``target_epsilon``.
 
@@ -387,7 +487,7 @@ def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
   """
   if cfg.algorithm == "fedavg":
     return 0.0
-  if cfg.algorithm == "amplitude_varying":  # eq. (8) calibrates inside; report z_1
+  if cfg.algorithm in ("amplitude_varying", "padpfl"):  # calibrated inside; report z_1
     return float(probe.hparams.noise_multiplier)
   if cfg.noise_multiplier is not None:  # with target_epsilon too: the budget guard
     return float(cfg.noise_multiplier)
@@ -490,21 +590,29 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     saved = checkpointer.restore_meta()
     cfg = RunConfig.from_dict({**saved["config"], "out": cfg.resume, "resume": None},
                               source=f"checkpoint in {cfg.resume}").validate()
+  padpfl = cfg.algorithm == "padpfl"
   if data is None:
     data = load_dataset(cfg.dataset, partition=cfg.partition, num_clients=cfg.num_clients,
                         seed=cfg.seed, data_dir=cfg.data_dir,
                         verify_checksums=cfg.verify_checksums)
-  model_name = cfg.model or DEFAULT_MODELS.get(cfg.dataset, "mlp")
+  scenario = None
+  if padpfl:  # the scenario's 60 clients replace the dataset's partition
+    scenario = padpfl_scenario(cfg, data)
+    data = scenario.fd
+  model_name = cfg.model or ("mlp" if padpfl else DEFAULT_MODELS.get(cfg.dataset, "mlp"))
   model_kw = {}
   if model_name == "mlp":
     model_kw = dict(activation=cfg.activation)
     if cfg.hidden is not None:
       model_kw["hidden"] = _parse_hidden(cfg.hidden)
+    elif padpfl:
+      model_kw["hidden"] = (64,)
   model = create_model(model_name, data.feature_shape, data.num_classes, **model_kw)
   mesh = run_mesh(cfg)
-  probe = build_algorithm(cfg, model, data, 1.0, mesh)
+  parts = scenario.part_of_client if scenario is not None else None
+  probe = build_algorithm(cfg, model, data, 1.0, mesh, parts)
   z = resolve_noise_multiplier(cfg, data, probe)
-  alg = build_algorithm(cfg, model, data, z, mesh) if z != 1.0 else probe
+  alg = build_algorithm(cfg, model, data, z, mesh, parts) if z != 1.0 else probe
 
   ledger = None
   # The sampler (and, for fixed-size cohorts, population and cohort sizes) that fix the
@@ -520,7 +628,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   planned = cfg.rounds
   paper004 = cfg.algorithm == "amplitude_varying"
   guarded = (ledger is not None and cfg.target_epsilon is not None and
-             cfg.noise_multiplier is not None and not paper004)
+             cfg.noise_multiplier is not None and not paper004 and not padpfl)
   if guarded:  # decided before anything is compiled or written
     planned = budget_rounds(cfg, alg, sampling)
   root = jax.random.key(cfg.seed)
@@ -586,6 +694,10 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       rec["planned_rounds"] = control.planned  # the horizon this round ran under
       control.observe(r["noise_stddev"], r.get("test_loss"))
       rec["epsilon_paper"] = control.epsilon_paper()
+    if padpfl:  # paper 000's three noise SDs of this round (eqs. 8, 13, Theorem 1)
+      rec["sigma_c"], rec["sigma_s"] = r["noise_stddev"], r["server_noise_stddev"]
+      rec["sigma_a"] = alg.config["sigma_a"][r["round"]]
+      rec["epsilon_paper"] = alg.config["epsilon"] if alg.config["private"] else None
     written.append(json_safe(rec))
     if metrics_file is not None:
       metrics_file.write(json.dumps(json_safe(rec)) + "\n")
@@ -620,6 +732,13 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
             alg.round_fn, state, pop, _paper004_hparams(alg, [std]), root, rounds=1,
             block_size=1, eval_every=1, block_fn=block_fn, **common)
         records += recs
+    elif padpfl and remaining > 0:  # scenario 4's data change at t = 11: one phase each
+      phases = [(ph.start_round, sharding.replicate(PopulationData(
+          jnp.asarray(ph.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh))
+          for ph in scenario.phases]
+      state, records = algos.padpfl.train(
+          alg, phases, root, state=state, start_round=done_before, stop_round=planned,
+          block_size=cfg.eval_every, eval_every=cfg.eval_every, **common)
     elif remaining > 0:
       schedule = (_paper004_hparams(alg, control.config["stddevs"][done_before:planned])
                   if control is not None else constant_schedule(alg.hparams, remaining))
@@ -683,6 +802,21 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
         epsilon_paper_target=cfg.target_epsilon, vartheta=cfg.vartheta,
         sensitivity=c["sensitivity"], noise_stddevs=control.used,
         planned_rounds=control.planned)
+  if padpfl:  # paper 000: its own epsilon beside the accountant's, and the noise SDs
+    c = alg.config
+    summary.update(algos.padpfl.nominal_and_accountant_epsilons(c))
+    summary.update(
+        epsilon_paper_mechanism=("classical Gaussian mechanism per iteration, noise scaled "
+                                 "linearly by R (uplink) and T (downlink)"),
+        epsilon_rdp_note=("epsilon_rdp (the ledger) composes every round's upload, i.e. "
+                          "all T uploads seen; epsilon_rdp_uplink assumes R uploads seen "
+                          "(the paper's threat model); epsilon_rdp_downlink composes the T "
+                          "broadcasts"),
+        scenario=cfg.scenario, impact_factors_spec=cfg.impact_factors,
+        part_of_client=[int(v) for v in scenario.part_of_client],
+        impact_factors_per_part=_per_part(c["impact_factors"], scenario.part_of_client),
+        sigma_c=c["sigma_c"], sigma_s=c["sigma_s"], sigma_a=c["sigma_a"],
+        clip_bound=c["clip_bound"], exposures=c["exposures"])
   if out:
     with open(os.path.join(out, "summary.json.tmp"), "w") as f:
       json.dump(json_safe(summary), f, indent=2)
@@ -690,6 +824,14 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     _plot(records, os.path.join(out, "curves.png"),
           f"{alg.name} on {summary['dataset']}: eps={eps:.2f}, delta={cfg.delta:g}")
   return RunResult(state, records, summary, ledger)
+
+
+def _per_part(p_schedule, part_of_client) -> List[List[float]]:
+  """Each round's impact factor of one client of every part, ``[T][parts]``."""
+  p = np.asarray(p_schedule)
+  parts = np.asarray(part_of_client)
+  first = [int(np.flatnonzero(parts == k)[0]) for k in range(int(parts.max()) + 1)]
+  return p[:, first].tolist()
 
 
 def _pld_epsilon(ledger) -> Optional[float]:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp import cli
-from fedjax_dp.data.sources import har
+from fedjax_dp.data.sources import fashion_mnist, har
 from fedjax_dp.runner import RunConfig, run
 
 SYNTH = ["--dataset", "synthetic", "--num-clients", "20", "--model", "linear",
@@ -251,3 +251,36 @@ def test_fixed_size_cohorts_finish_with_rdp_and_no_pld(tmp_path, capsys):
   s = json.loads((out / "summary.json").read_text())
   assert s["epsilon_pld"] is None and s["epsilon_rdp"] > 0
   assert "PLD n/a" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(fashion_mnist.locate() is None, reason="Fashion-MNIST not installed")
+def test_padpfl_from_the_main_job(tmp_path):
+  """Paper 000 through `fedjax-dp run`: scenario data, the impact-factor switch, sigma_C,
+  sigma_S and sigma_A per round, the paper's epsilon beside the accountant's."""
+  from fedjax_dp.privacy import nbafl
+  out = tmp_path / "pad"
+  rc = cli.main(["run", "--algorithm", "padpfl", "--dataset", "fashion_mnist",
+                 "--scenario", "4", "--impact-factors", "0-1-2>2-1-0", "--epsilon", "20",
+                 "--delta", "0.01", "--rounds", "3", "--clip-norm", "5", "--hidden", "8",
+                 "--local-steps", "1", "--client-lr", "0.02", "--eval-every", "3",
+                 "--no-progress", "--out", str(out)])
+  assert rc == 0
+  s = json.loads((out / "summary.json").read_text())
+  rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+  assert s["num_clients"] == 60 and s["rounds"] == 3
+  # 0-1-2 for rounds 1-2, then 2-1-0 (switch after min(10, T - 1) rounds)
+  np.testing.assert_allclose(s["impact_factors_per_part"],
+                             [[0, 1 / 60, 1 / 30]] * 2 + [[1 / 30, 1 / 60, 0]], atol=1e-12)
+  lv = nbafl.noise_levels(np.array(s["algorithm_config"]["impact_factors"][0]), 5.0, 3, 1,
+                          150, 20.0, 0.01)
+  for r in rows:
+    assert r["sigma_c"] == pytest.approx(lv.sigma_c, rel=1e-5)
+    assert r["sigma_s"] == pytest.approx(lv.sigma_s, rel=1e-5)
+    assert r["sigma_a"] == pytest.approx(lv.sigma_a, rel=1e-9)
+    assert r["epsilon_paper"] == 20.0
+  assert s["epsilon_paper"] == 20.0
+  # The ledger composes every upload: the nbafl "all uploads" epsilon.
+  assert s["epsilon_rdp"] == pytest.approx(s["epsilon_rdp_uplink_all_uploads"], rel=1e-6)
+  assert s["epsilon_rdp_uplink"] < s["epsilon_rdp_uplink_all_uploads"]
+  assert 0 < s["epsilon_rdp_downlink"] < 20.0
+  assert math.isfinite(s["final_test_loss"]) and "test_loss" in rows[-1]

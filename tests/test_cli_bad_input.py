@@ -111,6 +111,20 @@ def test_seed_outside_uint32(capsys, tmp_path, seed):
     (["--sampler", "fixed_size", "--accountant", "pld"], "PLDAccountant does not support"),
     (["--target-epsilon", "1e-9", "--noise-multiplier", "0.5"],
      "below the epsilon of a single round"),
+    # padpfl (paper 000): impact factors, R, mu, mechanism, data
+    (["--algorithm", "padpfl", "--epsilon", "5", "--impact-factors", "0-x-2"],
+     "(option --impact-factors)"),
+    (["--algorithm", "padpfl", "--epsilon", "5", "--impact-factors", "0-1-2>2-1-0>1-1-1"],
+     "one switch"),
+    (["--algorithm", "padpfl", "--epsilon", "5", "--impact-factors", "0-0-0"],
+     "impact_factors"),
+    (["--algorithm", "padpfl", "--epsilon", "5", "--exposures", "3"],
+     "exposures (R) must be <= rounds"),
+    (["--algorithm", "padpfl", "--epsilon", "5", "--prox-mu", "-0.1"], "prox_mu"),
+    (["--algorithm", "padpfl", "--epsilon", "5", "--mechanism", "laplace"],
+     "'gaussian' or 'none'"),
+    (["--algorithm", "padpfl"], "padpfl needs target_epsilon"),
+    (["--algorithm", "padpfl", "--epsilon", "5"], "padpfl scenarios need an image dataset"),
 ])
 def test_other_refusals(capsys, tmp_path, args, needle):
   _refused(capsys, tmp_path, args, needle)
