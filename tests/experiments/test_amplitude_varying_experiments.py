@@ -93,3 +93,18 @@ def test_fig7_svm_quick(tmp_path):
   assert res["meta"]["model"] == "svm" and "adult" in res["meta"]["setup"]
   for r in res["runs"]:
     assert r["final_test_accuracy"] > 0.75  # the linear SVM beats the 0.75 base rate
+
+
+def test_fig10_cnn_quick(tmp_path):
+  """The LeNet-5 sweep (Figs. 8 and 10) in its reduced form: C = 20 by default, two
+  epsilons, and the output files."""
+  mod = _script("fig3_table2_horizon")
+  assert mod.main(["--quick", "--cnn", "--fig4", "--out", str(tmp_path)]) == 0
+  res = _load(tmp_path / "fig10.json")
+  assert res["meta"]["model"] == "lenet5" and res["meta"]["extra"]["clip_norm"] == 20.0
+  assert {(r["label"], r["rounds"]) for r in res["runs"]} == {
+      (l, m) for l in ("epsilon=5", "epsilon=10") for m in (1, 2)}
+  for r in res["runs"]:
+    assert math.isfinite(r["final_test_loss"]) and r["clip_norm"] == 20.0
+  md = (tmp_path / "fig10.md").read_text()
+  assert "C = 20" in md and (tmp_path / "fig10.png").exists()
