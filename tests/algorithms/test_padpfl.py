@@ -227,3 +227,18 @@ def test_accountant_epsilons_beside_the_papers(env):
   assert e["epsilon_rdp_downlink"] < 20.0
   assert pad.nominal_and_accountant_epsilons(_alg(env, private=False).config)[
       "epsilon_rdp_downlink"] == float("inf")
+
+
+def test_a_run_continued_from_its_state_equals_the_whole_run(env):
+  """What --resume does: rounds 3-4 from the state after round 2 (scenario-4-like switch
+  of p at round 3) give the model of the uninterrupted run."""
+  _, _, pop = env
+  part = np.array([0, 0, 1, 1, 2, 2])
+  alg = _alg(env, impact_factors=imp.switch_schedule(part, "0-1-2", "2-1-0", 2, 4))
+  key = jax.random.key(4)
+  whole, _ = pad.train(alg, [(1, pop)], key, block_size=2)
+  half, _ = pad.train(alg, [(1, pop)], key, block_size=2, stop_round=2)
+  rest, recs = pad.train(alg, [(1, pop)], key, block_size=2, state=half, start_round=2)
+  assert [r["round"] for r in recs] == [2, 3]
+  for a, b in zip(jax.tree_util.tree_leaves(whole.params), jax.tree_util.tree_leaves(rest.params)):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
