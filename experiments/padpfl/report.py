@@ -1,0 +1,288 @@
+"""The paper's claims checked against our runs, and the noise / epsilon table (paper 000).
+
+Reads the JSON files that `scenarios.py` wrote and writes ``claims.md`` (every claim of
+the paper's Sec. VI with final and best test loss, mean ± std over seeds, the number of
+seeds in which it holds, and a verdict), ``noise.md`` (sigma_C, sigma_AC, sigma_S,
+sigma_A and the paper's epsilon beside the accountant's, per configuration) and
+``claims.json`` (the same numbers, machine-readable). Nothing is recomputed: every number
+comes from the run files.
+
+Claims (note 000, section 8.2):
+  (a) non-private: the paper's named assignment (0-1-2, 0-2-1, 1-3-5, adaptive
+      0-1-2 -> 2-1-0) has a lower loss than equal p, in every scenario;
+  (b) private, scenarios 1-3: loss(personalised, eps 20) < loss(personalised, eps 5)
+      < loss(equal p, eps 20); also, at equal epsilon, personalised < equal;
+  (c) scenario 4: adaptive p beats fixed 0-1-2 and equal p without DP; with DP,
+      eps 20 beats eps 5 (and, our addition, adaptive beats equal p at equal epsilon).
+
+Verdict of "A < B": *holds* when the mean final and the mean best test loss of A are both
+below B's, *fails* when neither is, *mixed* otherwise; "k/n seeds" counts the seeds whose
+final test loss orders A < B (runs are paired by seed: same parts, data and initial model).
+
+Usage:
+  python experiments/padpfl/report.py                 # reads and writes results/
+  python experiments/padpfl/report.py --results DIR --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import math
+import os
+import sys
+from typing import Any, Dict, List, Optional, Tuple
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _load_common():
+  """This folder's common.py under a unique module name (see scenarios.py)."""
+  name = "padpfl_experiments_common"
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "common.py"))
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+  return sys.modules[name]
+
+
+common = _load_common()
+
+EQUAL = "1-1-1"
+PERSONALIZED = {1: "0-1-2", 2: "0-2-1", 3: "1-3-5", 4: "0-1-2>2-1-0"}
+
+
+class Runs:
+  """The runs of one results file, by (ratio, private, epsilon)."""
+
+  def __init__(self, path: str):
+    data = common.load(path)
+    self.path = path
+    self.meta = data["meta"]
+    self.runs = data["runs"]
+
+  def get(self, ratio: str, epsilon: Optional[float] = None) -> List[Dict[str, Any]]:
+    private = epsilon is not None
+    rs = [r for r in self.runs if r["ratio"] == ratio and r["private"] == private and
+          (not private or r["epsilon"] == epsilon)]
+    return sorted(rs, key=lambda r: r["seed"])
+
+  def labels(self) -> List[Tuple[str, Optional[float]]]:
+    return list(dict.fromkeys((r["ratio"], r["epsilon"] if r["private"] else None)
+                              for r in self.runs))
+
+
+def name_of(ratio: str, epsilon: Optional[float]) -> str:
+  n = "equal p" if ratio == EQUAL else ("adaptive " + ratio.replace(">", "→")
+                                          if ">" in ratio else ratio)
+  return f"{n}, ε={epsilon:g}" if epsilon is not None else f"{n} (non-private)"
+
+
+def compare(a: List[Dict[str, Any]], b: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+  """``A < B`` on final and best test loss; None when either side has no runs."""
+  if not a or not b:
+    return None
+  out = {}
+  for k in ("final_test_loss", "best_test_loss"):
+    ma, sa, _ = common.mean_std([r[k] for r in a])
+    mb, sb, _ = common.mean_std([r[k] for r in b])
+    out[k] = dict(a=(ma, sa), b=(mb, sb), holds=bool(ma < mb))
+  by_seed_b = {r["seed"]: r["final_test_loss"] for r in b}
+  paired = [(r["final_test_loss"], by_seed_b[r["seed"]]) for r in a if r["seed"] in by_seed_b]
+  out["seeds_won"] = sum(1 for x, y in paired if x < y)
+  out["seeds"] = len(paired)
+  f, bst = out["final_test_loss"]["holds"], out["best_test_loss"]["holds"]
+  out["verdict"] = "holds" if f and bst else ("fails" if not f and not bst else "mixed")
+  return out
+
+
+def _ms(pair: Tuple[float, float], n: int) -> str:
+  m, s = pair
+  if not math.isfinite(m):
+    return "n/a"
+  return f"{m:.3f} ± {s:.3f}" if n > 1 else f"{m:.3f}"
+
+
+def claim_rows(files: Dict[int, Runs]) -> List[Dict[str, Any]]:
+  """Every comparison the paper's claims make, for the scenarios present."""
+  rows = []
+
+  def add(claim, number, a_key, b_key):
+    runs = files[number]
+    c = compare(runs.get(*a_key), runs.get(*b_key))
+    if c is not None:
+      rows.append(dict(claim=claim, scenario=number, a=name_of(*a_key),
+                       b=name_of(*b_key), **c))
+
+  ns = sorted(files)
+  for number in ns:
+    add("a", number, (PERSONALIZED[number], None), (EQUAL, None))
+  for number in (n for n in ns if n != 4):
+    pers = PERSONALIZED[number]
+    add("b", number, (pers, 20.0), (pers, 5.0))
+    add("b", number, (pers, 5.0), (EQUAL, 20.0))
+  if 4 in files:
+    pers = PERSONALIZED[4]
+    add("c", 4, (pers, None), ("0-1-2", None))
+    add("c", 4, (pers, 20.0), (pers, 5.0))
+    add("c", 4, (pers, 5.0), (EQUAL, 20.0))
+  for number in ns:  # our addition: personalised against equal p at the same epsilon
+    pers = PERSONALIZED[number]
+    add("equal ε", number, (pers, 5.0), (EQUAL, 5.0))
+    add("equal ε", number, (pers, 20.0), (EQUAL, 20.0))
+  return rows
+
+
+def best_of_sweep(runs: Runs) -> Optional[str]:
+  """The non-private curve with the lowest mean final test loss."""
+  best, arg = float("inf"), None
+  for ratio, eps in runs.labels():
+    if eps is not None:
+      continue
+    m, _, n = common.mean_std([r["final_test_loss"] for r in runs.get(ratio)])
+    if n and m < best:
+      best, arg = m, f"{name_of(ratio, None)}: {m:.3f}"
+  return arg
+
+
+def claims_table(rows: List[Dict[str, Any]]) -> List[str]:
+  lines = ["| claim | scenario | A | B | A < B? | final loss A | final loss B | best loss A "
+           "| best loss B | seeds (final) |", "|---|---|---|---|---|---|---|---|---|---|"]
+  for r in rows:
+    n = r["seeds"]
+    fl, bl = r["final_test_loss"], r["best_test_loss"]
+    lines.append(
+        f"| {r['claim']} | {r['scenario']} | {r['a']} | {r['b']} | **{r['verdict']}** | "
+        f"{_ms(fl['a'], n)} | {_ms(fl['b'], n)} | {_ms(bl['a'], n)} | {_ms(bl['b'], n)} | "
+        f"{r['seeds_won']}/{n} |")
+  return lines
+
+
+def noise_table(files: Dict[str, Runs]) -> List[str]:
+  lines = ["| results file | scenario | configuration | max p | sum p^2 | m_min | sigma_C | "
+           "sigma_AC | sigma_S | sigma_A | eps paper | eps RDP uplink (R = 1) | "
+           "eps RDP uplink (all T uploads) | eps RDP downlink (T broadcasts) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  for fname, runs in files.items():
+    for ratio, eps in runs.labels():
+      if eps is None:
+        continue
+      r = runs.get(ratio, eps)[0]
+      f = common.fmt_num
+      lines.append(
+          f"| {fname} | {runs.meta['scenario']} | {name_of(ratio, eps)} | {r['max_p']:.4f} | "
+          f"{r['sum_p2']:.5f} | {r['min_local_dataset_size']} | {r['sigma_c']:.5f} | "
+          f"{r['sigma_ac']:.5f} | {r['sigma_s']:.5f} | {r['sigma_a']:.5f} | "
+          f"{f(r['epsilon_paper'])} | {f(r['epsilon_rdp_uplink'])} | "
+          f"{f(r['epsilon_rdp_uplink_all_uploads'])} | {f(r['epsilon_rdp_downlink'])} |")
+  return lines
+
+
+def ablation_table(base: Runs, wide: Runs) -> List[str]:
+  """H = 64 against H = 256, scenario 1 private curves, the seeds both have."""
+  seeds = sorted({r["seed"] for r in wide.runs})
+  lines = ["| configuration | H | parameters d | B | sigma_A | sigma_A sqrt(d) / B | "
+           "final test loss | best test loss | final test acc | seeds |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  for ratio, eps in wide.labels():
+    for runs in (base, wide):
+      rs = [r for r in runs.get(ratio, eps) if r["seed"] in seeds]
+      if not rs:
+        continue
+      r0 = rs[0]
+      d = _params(r0["hidden"])
+      lines.append(
+          f"| {name_of(ratio, eps)} | {r0['hidden']} | {d} | {r0['clip_bound']:g} | "
+          f"{r0['sigma_a']:.5f} | {r0['sigma_a'] * math.sqrt(d) / r0['clip_bound']:.2f} | "
+          f"{common.fmt_ms([r['final_test_loss'] for r in rs])} | "
+          f"{common.fmt_ms([r['best_test_loss'] for r in rs])} | "
+          f"{common.fmt_ms([r['final_test_accuracy'] for r in rs])} | {len(rs)} |")
+  return lines
+
+
+def _params(hidden: int) -> int:
+  return 784 * hidden + hidden + hidden * 10 + 10
+
+
+def wall_table(files: Dict[str, Runs]) -> List[str]:
+  lines = ["| results file | runs | total train time (s) | mean per run (s) |",
+           "|---|---|---|---|"]
+  for fname, runs in files.items():
+    w = [r["wall_time_s"] for r in runs.runs]
+    lines.append(f"| {fname} | {len(w)} | {sum(w):.0f} | {np.mean(w):.1f} |")
+  return lines
+
+
+def main(argv=None) -> int:
+  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p.add_argument("--results", default=common.RESULTS, help="folder of scenarios.py outputs")
+  p.add_argument("--out", default=None, help="default: --results")
+  a = p.parse_args(argv)
+  out = a.out or a.results
+  os.makedirs(out, exist_ok=True)
+  found: Dict[str, Runs] = {}
+  for fn in sorted(os.listdir(a.results)):
+    if fn.startswith("scenario") and fn.endswith(".json"):
+      found[fn[:-5]] = Runs(os.path.join(a.results, fn))
+  if not found:
+    print(f"no scenario*.json in {a.results}; run scenarios.py first", file=sys.stderr)
+    return 1
+  lines = ["# PADPFL (paper 000): the paper's claims against our runs", "",
+           "Generated by `report.py` from the `scenario*.json` files; loss = cross-entropy "
+           "on the clean test set (note A8), mean ± std over seeds. A < B *holds* when A's "
+           "mean final and mean best test loss are both below B's, *fails* when neither "
+           "is, *mixed* otherwise; the last column counts the seeds whose final loss "
+           "orders A < B.", ""]
+  summary: Dict[str, Any] = {}
+  groups: Dict[Tuple[str, int], Dict[int, Runs]] = {}
+  for fname, runs in found.items():
+    key = (runs.meta["dataset"], runs.meta["hidden"])
+    groups.setdefault(key, {})[runs.meta["scenario"]] = runs
+  for (dataset, hidden), files in sorted(groups.items()):
+    meta = next(iter(files.values())).meta
+    rows = claim_rows(files)
+    if not rows:
+      continue
+    summary[f"{dataset}_h{hidden}"] = rows
+    lines += [f"## {meta['setup']}", "",
+              f"T = {meta['rounds']}, tau = {meta['local_steps']}, B = "
+              f"{meta['clip_bound']:g}, seeds: {meta['seeds']}"
+              f"{' (quick mode)' if meta['quick'] else ''}.", ""]
+    lines += claims_table(rows)
+    best = [f"scenario {n}: {best_of_sweep(files[n])}" for n in sorted(files)
+            if best_of_sweep(files[n]) is not None]
+    lines += [""]
+    if best:
+      lines += ["Lowest mean final test loss in each non-private sweep: " + "; ".join(best)
+                + ".", ""]
+  base, wide = found.get("scenario1_fashion_mnist"), found.get("scenario1_fashion_mnist_h256")
+  if base is not None and wide is not None:
+    lines += ["## Ablation: hidden width 256 (scenario 1, private)", ""]
+    lines += ablation_table(base, wide)
+    lines += ["", "sigma_A sqrt(d) / B: the norm of the round's aggregate noise relative to "
+              "the clip bound (the largest possible model norm).", ""]
+  lines += ["## Wall time", ""] + wall_table(found)
+  with open(os.path.join(out, "claims.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  noise = ["# PADPFL noise levels and epsilons per configuration", "",
+           "From the run files (`scenario*.json`); sigma per coordinate in units of the "
+           "weights. eps paper: the calibration target (classical Gaussian mechanism, "
+           "linear R/T scaling). eps RDP: dp_accounting, record level, replace-one, "
+           "delta = 0.01, no subsampling: uplink over the R = 1 upload the paper assumes "
+           "seen, over all T uploads, and downlink over the T broadcasts.", ""]
+  noise += noise_table(found)
+  with open(os.path.join(out, "noise.md"), "w") as f:
+    f.write("\n".join(noise) + "\n")
+  with open(os.path.join(out, "claims.json"), "w") as f:
+    json.dump(summary, f, indent=1)
+  print("\n".join(lines))
+  print("\n".join(noise))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
