@@ -209,11 +209,12 @@ def _params(hidden: int) -> int:
 
 
 def wall_table(files: Dict[str, Runs]) -> List[str]:
-  lines = ["| results file | runs | total train time (s) | mean per run (s) |",
-           "|---|---|---|---|"]
+  lines = ["| results file | runs | total train time (s) | per run: mean | min | max (s) |",
+           "|---|---|---|---|---|---|"]
   for fname, runs in files.items():
     w = [r["wall_time_s"] for r in runs.runs]
-    lines.append(f"| {fname} | {len(w)} | {sum(w):.0f} | {np.mean(w):.1f} |")
+    lines.append(f"| {fname} | {len(w)} | {sum(w):.0f} | {np.mean(w):.1f} | {min(w):.1f} | "
+                 f"{max(w):.1f} |")
   return lines
 
 
