@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import os
 import statistics
+import sys
 import time
 from typing import Any, Dict, List, Optional
 
@@ -31,6 +31,11 @@ from fedjax_dp.federated import (PopulationData, make_block_fn, make_device_eval
                                  run_rounds)
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy import accounting, schedules
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import results_store  # noqa: E402  (experiments/results_store.py)
+
+Results = results_store.Results  # one results-file format for every experiment
 
 PAPER = dict(clients_per_round=10, local_steps=5, clip_norm=5.0, delta=1e-3,
              epsilon=10.0, rounds=30, learning_rate=0.1)  # and U = 100 clients
@@ -142,31 +147,6 @@ def mean_spread(values: List[float]) -> str:
   if len(v) == 1:
     return f"{v[0]:.4f}"
   return f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f}"
-
-
-class Results:
-  """A JSON list of run dicts, rewritten atomically after every run (a killed sweep
-  keeps what it finished; a rerun with ``resume`` skips what is already there)."""
-
-  def __init__(self, path: str, meta: Dict[str, Any], resume: bool = False):
-    self.path = path
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    self.runs: List[Dict[str, Any]] = []
-    if resume and os.path.exists(path):
-      with open(path) as f:
-        self.runs = json.load(f)["runs"]
-    self.meta = meta
-
-  def has(self, **key) -> bool:
-    return any(all(r.get(k) == v for k, v in key.items()) for r in self.runs)
-
-  def add(self, run: Dict[str, Any]) -> None:
-    self.runs.append(run)
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump({"meta": self.meta, "runs": self.runs}, f, indent=1,
-                default=lambda o: None)
-    os.replace(tmp, self.path)
 
 
 def write_report(out: str, name: str, lines, panels=None, xlabel: str = "",

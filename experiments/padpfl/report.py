@@ -27,7 +27,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import os
@@ -39,18 +38,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load_common():
-  """This folder's common.py under a unique module name (see scenarios.py)."""
-  name = "padpfl_experiments_common"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "common.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-  return sys.modules[name]
-
-
-common = _load_common()
+sys.path.insert(0, HERE)
+import padpfl_common as common  # noqa: E402  (a unique name: amplitude_varying has a common.py)
 
 EQUAL = "1-1-1"
 PERSONALIZED = {1: "0-1-2", 2: "0-2-1", 3: "1-3-5", 4: "0-1-2>2-1-0"}

@@ -22,7 +22,6 @@ after each), ``.md`` (noise levels, both epsilons, final and best test loss/accu
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 from typing import Any, Dict, List
@@ -32,19 +31,8 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def _load_common():
-  """This folder's common.py under a unique module name (experiments/amplitude_varying
-  has a common.py too; a plain ``import common`` would pick whichever came first)."""
-  name = "padpfl_experiments_common"
-  if name not in sys.modules:
-    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, "common.py"))
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-  return sys.modules[name]
-
-
-common = _load_common()
+sys.path.insert(0, HERE)
+import padpfl_common as common  # noqa: E402  (a unique name: amplitude_varying has a common.py)
 
 from fedjax_dp.data import heterogeneity as het  # noqa: E402
 from fedjax_dp.federated import impact_factors as imp  # noqa: E402

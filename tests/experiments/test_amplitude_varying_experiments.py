@@ -1,32 +1,23 @@
 """Reduced but real runs of every paper-004 experiment script (--quick), and checks of
 what they write."""
 
-import importlib.util
-import json
 import math
-import os
 
 import numpy as np
 import pytest
 
 from fedjax_dp.data.sources import fashion_mnist
+from experiment_scripts import load_json, load_script
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DIR = os.path.join(ROOT, "experiments", "amplitude_varying")
 pytestmark = pytest.mark.skipif(fashion_mnist.locate() is None,
                                 reason="Fashion-MNIST not installed")
 
 
 def _script(name):
-  spec = importlib.util.spec_from_file_location(name, os.path.join(DIR, f"{name}.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  return load_script("amplitude_varying", name)
 
 
-def _load(path):
-  with open(path) as f:
-    return json.load(f)
+_load = load_json
 
 
 def test_fig2_quick(tmp_path):

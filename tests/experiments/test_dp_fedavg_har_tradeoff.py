@@ -1,7 +1,6 @@
 """A reduced but real run of experiments/dp_fedavg_har_tradeoff.py (3 rounds, 1 seed)."""
 
 import json
-import math
 import os
 import subprocess
 import sys

@@ -1,33 +1,23 @@
 """Reduced but real runs of the paper-000 (PADPFL) experiment scripts (--quick), and
 checks of what they write."""
 
-import importlib.util
-import json
 import math
-import os
 
 import pytest
 
 from fedjax_dp.data.sources import fashion_mnist
+from experiment_scripts import load_json, load_script
 from fedjax_dp.privacy import nbafl
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DIR = os.path.join(ROOT, "experiments", "padpfl")
 pytestmark = pytest.mark.skipif(fashion_mnist.locate() is None,
                                 reason="Fashion-MNIST not installed")
 
 
 def _script(name):
-  spec = importlib.util.spec_from_file_location(f"padpfl_{name}",
-                                                os.path.join(DIR, f"{name}.py"))
-  mod = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(mod)
-  return mod
+  return load_script("padpfl", name)
 
 
-def _load(path):
-  with open(path) as f:
-    return json.load(f)
+_load = load_json
 
 
 @pytest.fixture(scope="module")

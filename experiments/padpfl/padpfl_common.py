@@ -26,6 +26,7 @@ import json
 import math
 import os
 import statistics
+import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -41,6 +42,11 @@ from fedjax_dp.federated import PopulationData, make_block_fn, make_device_evalu
 from fedjax_dp.federated import impact_factors as imp
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.models import create_model
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import results_store  # noqa: E402  (experiments/results_store.py)
+
+Results = results_store.Results  # one results-file format for every experiment
 
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -287,34 +293,6 @@ def local_model_norms(setup: Setup, scenario: int = 1, seed: int = 0, rounds: in
 # ---------------------------------------------------------------------------
 # Results file, tables, plots.
 # ---------------------------------------------------------------------------
-
-class Results:
-  """A JSON list of run dicts, rewritten atomically after every run (a killed sweep keeps
-  what it finished; ``resume`` skips what is already there)."""
-
-  def __init__(self, path: str, meta: Dict[str, Any], resume: bool = False):
-    self.path = path
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    self.runs: List[Dict[str, Any]] = []
-    if resume and os.path.exists(path):
-      with open(path) as f:
-        self.runs = json.load(f)["runs"]
-    self.meta = meta
-
-  def has(self, **key) -> bool:
-    return any(all(r.get(k) == v for k, v in key.items()) for r in self.runs)
-
-  def add(self, run: Dict[str, Any]) -> None:
-    self.runs.append(run)
-    self.save()
-
-  def save(self) -> None:
-    tmp = self.path + ".tmp"
-    with open(tmp, "w") as f:
-      json.dump({"meta": self.meta, "runs": self.runs}, f, indent=1,
-                default=lambda o: None)
-    os.replace(tmp, self.path)
-
 
 def load(path: str) -> Dict[str, Any]:
   with open(path) as f:
