@@ -1,4 +1,4 @@
-"""Results files shared by the experiment scripts of every paper.
+"""Results files and figures shared by the experiment scripts of every paper.
 
 `Results` keeps one JSON file ``{"meta": ..., "runs": [...]}`` per figure or table and
 rewrites it atomically after every run, so a killed sweep keeps what it finished and a
@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
+
+import numpy as np
 
 
 class Results:
@@ -40,3 +42,36 @@ class Results:
       json.dump({"meta": self.meta, "runs": self.runs}, f, indent=1,
                 default=lambda o: None)
     os.replace(tmp, self.path)
+
+
+def plot(path: str, panels, title: str, per_row: Optional[int] = None) -> None:
+  """One PNG of curves with optional spread bands.
+
+  Args:
+    path: the PNG to write.
+    panels: ``[(ylabel, xlabel, [(label, xs, mean, std or None), ...]), ...]``, one axes
+      each; ``std`` draws a mean +- std band.
+    title: the figure's title.
+    per_row: axes per row (default: all in one row).
+  """
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  cols = max(1, min(per_row or len(panels), len(panels)))
+  rows = -(-len(panels) // cols)
+  fig, axes = plt.subplots(rows, cols, figsize=(5.6 * cols, 4.1 * rows), squeeze=False)
+  for ax, (ylabel, xlabel, curves) in zip(axes.flat, panels):
+    for label, xs, mean, std in curves:
+      ax.plot(xs, mean, marker="o", ms=2.5, label=label)
+      if std is not None:
+        ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+  for ax in list(axes.flat)[len(panels):]:
+    ax.axis("off")
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

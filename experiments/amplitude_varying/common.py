@@ -161,23 +161,4 @@ def write_report(out: str, name: str, lines, panels=None, xlabel: str = "",
   print("\n".join(lines))
 
 
-def plot(path: str, panels, title: str) -> None:
-  """``panels``: list of (ylabel, xlabel, [(label, xs, mean, std)]) -> one PNG."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 4))
-  axes = np.atleast_1d(axes)
-  for ax, (ylabel, xlabel, curves) in zip(axes, panels):
-    for label, xs, mean, std in curves:
-      ax.plot(xs, mean, marker="o", ms=3, label=label)
-      if std is not None:
-        ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+plot = results_store.plot

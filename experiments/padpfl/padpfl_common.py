@@ -329,25 +329,5 @@ def fmt_num(v, digits: int = 2) -> str:
 
 
 def plot(path: str, panels, title: str) -> None:
-  """``panels``: list of (ylabel, xlabel, [(label, xs, mean, std)]) -> one PNG (2 per row)."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  cols = min(2, len(panels))
-  rows = -(-len(panels) // cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(6.0 * cols, 4.2 * rows), squeeze=False)
-  for ax, (ylabel, xlabel, curves) in zip(axes.flat, panels):
-    for label, xs, mean, std in curves:
-      ax.plot(xs, mean, marker="o", ms=2.5, label=label)
-      if std is not None:
-        ax.fill_between(xs, np.asarray(mean) - std, np.asarray(mean) + std, alpha=0.2)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-  for ax in list(axes.flat)[len(panels):]:
-    ax.axis("off")
-  fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  """`results_store.plot` with two axes per row."""
+  results_store.plot(path, panels, title, per_row=2)
