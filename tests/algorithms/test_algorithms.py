@@ -47,6 +47,11 @@ def _build(name, env, fedsgd_alg):
     return ALGORITHMS[name](model, fd, epsilon=200.0, vartheta=1.0, rounds=12,
                             clients_per_round=8, local_steps=4, learning_rate=0.3,
                             clip_norm=10.0)
+  if name == "padpfl":  # paper 000: every client, equal p, a large epsilon
+    from fedjax_dp.federated import impact_factors
+    return ALGORITHMS[name](model, fd, impact_factors=impact_factors.uniform(fd.num_clients),
+                            epsilon=200.0, rounds=12, clip_bound=10.0, local_steps=4,
+                            learning_rate=0.3, batch_size=5)
   return fedavg(model, fd, clients_per_round=8, batch_size=5, client_learning_rate=0.3)
 
 
@@ -84,6 +89,12 @@ def test_algorithm_learns(name, env, fedsgd_alg):
       assert r["noise_stddev"] == pytest.approx(sigma, rel=1e-5)
       assert r["noise_multiplier"] == pytest.approx(sigma / alg.config["sensitivity"],
                                                     rel=1e-5)
+  elif name == "padpfl":  # record level, no sampling; sigma_C on uploads, sigma_S top-up
+    assert alg.privacy.unit == "record-level"
+    for r, sc, ss in zip(recs, alg.config["sigma_c"], alg.config["sigma_s"]):
+      assert r["num_clients"] == fd.num_clients and r["sampling_rate"] == 1.0
+      assert r["noise_stddev"] == pytest.approx(sc, rel=1e-5)
+      assert r["server_noise_stddev"] == pytest.approx(ss, rel=1e-5) and ss > 0
   elif name == "fedavg":
     assert alg.privacy is None
     assert all(r["noise_multiplier"] == 0.0 and r["noise_stddev"] == 0.0 for r in recs)
