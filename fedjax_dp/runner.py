@@ -698,6 +698,8 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       rec["sigma_c"], rec["sigma_s"] = r["noise_stddev"], r["server_noise_stddev"]
       rec["sigma_a"] = alg.config["sigma_a"][r["round"]]
       rec["epsilon_paper"] = alg.config["epsilon"] if alg.config["private"] else None
+      rec["noise_multiplier_downlink"] = algos.padpfl.downlink_noise_multiplier(
+          alg.config, r["round"], r["noise_stddev"], r["server_noise_stddev"])
     written.append(json_safe(rec))
     if metrics_file is not None:
       metrics_file.write(json.dumps(json_safe(rec)) + "\n")
@@ -805,13 +807,20 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   if padpfl:  # paper 000: its own epsilon beside the accountant's, and the noise SDs
     c = alg.config
     summary.update(algos.padpfl.nominal_and_accountant_epsilons(c))
+    if c["private"] and written:  # the broadcasts actually made, through a ledger
+      down = accounting.PrivacyLedger(delta=cfg.delta, privacy_unit="record", **sampling)
+      down.record_many([r["noise_multiplier_downlink"] for r in written],
+                       [1.0] * len(written), [1] * len(written))
+      summary["epsilon_rdp_downlink"] = down.epsilon()
     summary.update(
         epsilon_paper_mechanism=("classical Gaussian mechanism per iteration, noise scaled "
                                  "linearly by R (uplink) and T (downlink)"),
         epsilon_rdp_note=("epsilon_rdp (the ledger) composes every round's upload, i.e. "
                           "all T uploads seen; epsilon_rdp_uplink assumes R uploads seen "
-                          "(the paper's threat model); epsilon_rdp_downlink composes the T "
-                          "broadcasts"),
+                          "(the paper's threat model); epsilon_rdp_downlink composes the "
+                          "broadcasts made, z = the noise SD in the broadcast model over its "
+                          "sensitivity 2B max p / m_min (eq. 10), per round from "
+                          "metrics.jsonl"),
         scenario=cfg.scenario, impact_factors_spec=cfg.impact_factors,
         part_of_client=[int(v) for v in scenario.part_of_client],
         impact_factors_per_part=_per_part(c["impact_factors"], scenario.part_of_client),

@@ -283,4 +283,15 @@ def test_padpfl_from_the_main_job(tmp_path):
   assert s["epsilon_rdp"] == pytest.approx(s["epsilon_rdp_uplink_all_uploads"], rel=1e-6)
   assert s["epsilon_rdp_uplink"] < s["epsilon_rdp_uplink_all_uploads"]
   assert 0 < s["epsilon_rdp_downlink"] < 20.0
+  # The downlink ledger reads z from metrics.jsonl: z = max(T, R sqrt(sum p^2) / max p)
+  # c / epsilon (= 5 c / epsilon here: T = 3 is below the eq. 13 threshold 5R, sigma_S = 0,
+  # and the client noise alone is left), and its epsilon agrees with nbafl's direct
+  # dp_accounting composition.
+  for r in rows:
+    assert r["sigma_s"] == 0.0
+    assert r["noise_multiplier_downlink"] == pytest.approx(
+        5 * nbafl.gaussian_constant(0.01) / 20.0, rel=1e-5)
+  acc = nbafl.accountant_epsilon(np.array(s["algorithm_config"]["impact_factors"]), 5.0, 3,
+                                 1, 150, 20.0, 0.01)
+  assert s["epsilon_rdp_downlink"] == pytest.approx(acc["downlink_epsilon"], rel=0.02)
   assert math.isfinite(s["final_test_loss"]) and "test_loss" in rows[-1]

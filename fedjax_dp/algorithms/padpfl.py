@@ -30,6 +30,7 @@ i.e. the "every upload seen" reading, record-level, replace-one.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import jax
@@ -222,6 +223,21 @@ def train(alg: Algorithm, phases: Sequence[Tuple[int, Any]], root_key: jax.Array
                              root_key, rounds=hi - lo, **run_kwargs)
     records += recs
   return state, records
+
+
+def downlink_noise_multiplier(config: Dict[str, Any], round_index: int, sigma_c: float,
+                              sigma_s: float) -> float:
+  """z of round ``round_index``'s broadcast (0-based): the SD of the noise in
+  ``sum_i p_i x~_i + n_s``, ``sqrt(sigma_C^2 sum p^2 + sigma_S^2)`` (eqs. 12, 14), over
+  its sensitivity ``2 B max p / m_min`` (eq. 10); 0 when not private. ``sigma_c`` and
+  ``sigma_s`` are what the round reported (``noise_stddev``, ``server_noise_stddev``).
+  """
+  if not config["private"]:
+    return 0.0
+  p = np.asarray(config["impact_factors"][round_index], np.float64)
+  std = math.sqrt(float(sigma_c) ** 2 * float(np.sum(p ** 2)) + float(sigma_s) ** 2)
+  return std / (2.0 * config["clip_bound"] * float(np.max(p)) /
+                config["min_local_dataset_size"])
 
 
 def nominal_and_accountant_epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
