@@ -13,6 +13,7 @@ DP curves sit near chance). The default is Fashion-MNIST (Debian's package), the
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import os
@@ -147,6 +148,24 @@ def mean_spread(values: List[float]) -> str:
   if len(v) == 1:
     return f"{v[0]:.4f}"
   return f"{statistics.mean(v):.4f} ± {statistics.stdev(v):.4f}"
+
+
+def arg_parser(doc: str, dataset: bool = True, seeds: bool = True,
+               rounds: bool = True) -> argparse.ArgumentParser:
+  """The options every paper-004 script shares: ``--quick`` (CI's reduced run), ``--out``,
+  ``--resume`` (skip runs already in the JSON) and, where asked, ``--dataset``,
+  ``--seeds`` and ``--rounds``."""
+  p = argparse.ArgumentParser(description=doc.splitlines()[0])
+  if dataset:
+    p.add_argument("--dataset", default="fashion_mnist")
+  if seeds:
+    p.add_argument("--seeds", type=int, default=3)
+  if rounds:
+    p.add_argument("--rounds", type=int, default=30)
+  p.add_argument("--quick", action="store_true", help="the reduced run CI makes")
+  p.add_argument("--out", default=RESULTS)
+  p.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
+  return p
 
 
 def write_report(out: str, name: str, lines, panels=None, xlabel: str = "",

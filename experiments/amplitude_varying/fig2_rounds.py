@@ -11,7 +11,6 @@ Writes ``results/fig2.json`` (every run, rewritten after each), ``fig2.png`` and
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -22,14 +21,7 @@ import common  # noqa: E402
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--dataset", default="fashion_mnist")
-  p.add_argument("--seeds", type=int, default=3)
-  p.add_argument("--rounds", type=int, default=30)
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--out", default=common.RESULTS)
-  p.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
-  a = p.parse_args(argv)
+  a = common.arg_parser(__doc__).parse_args(argv)
   varthetas, test_size = common.VARTHETAS, None
   if a.quick:
     a.seeds, a.rounds, varthetas, test_size = 1, 4, (0.9, 1.05), 1000

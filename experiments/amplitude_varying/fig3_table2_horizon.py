@@ -31,7 +31,6 @@ run is saved at once.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -51,18 +50,13 @@ EPSILONS = (5.0, 10.0, 20.0, math.inf)
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--dataset", default="fashion_mnist")
-  p.add_argument("--seeds", type=int, default=3)
+  p = common.arg_parser(__doc__, rounds=False)
   p.add_argument("--fig4", action="store_true", help="vartheta = 1.05, epsilon sweep")
   p.add_argument("--cnn", action="store_true", help="LeNet-5 (Figs. 8 and 10)")
   p.add_argument("--full", action="store_true", help="CNN: full batch, full test set")
   p.add_argument("--svm", action="store_true", help="linear SVM on Adult (Figs. 7 and 9)")
   p.add_argument("--clip-norm", type=float, default=None,
                  help="parameter clip C (default: the paper's 5; 20 with --cnn)")
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--out", default=common.RESULTS)
-  p.add_argument("--resume", action="store_true")
   a = p.parse_args(argv)
   grid, test_size, model, extra = M_GRID, None, "mlp32", {}
   name = "fig4" if a.fig4 else "fig3"

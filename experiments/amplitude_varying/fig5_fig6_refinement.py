@@ -12,7 +12,6 @@ Writes ``results/fig5_fig6.json|png|md``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -28,14 +27,7 @@ MODES = ("paper", "exact_budget")
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--dataset", default="fashion_mnist")
-  p.add_argument("--seeds", type=int, default=3)
-  p.add_argument("--rounds", type=int, default=30)
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--out", default=common.RESULTS)
-  p.add_argument("--resume", action="store_true")
-  a = p.parse_args(argv)
+  a = common.arg_parser(__doc__).parse_args(argv)
   varthetas, alphas, modes, test_size = VARTHETAS, ALPHAS, MODES, None
   if a.quick:
     a.seeds, a.rounds, varthetas, alphas, test_size = 1, 6, (1.05,), (0.8,), 1000

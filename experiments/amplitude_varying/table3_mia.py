@@ -22,7 +22,6 @@ Writes ``results/table3.json|md``.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
@@ -76,13 +75,9 @@ _COMPILED = {}
 
 
 def main(argv=None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  p = common.arg_parser(__doc__, dataset=False, seeds=False)
   p.add_argument("--trials", type=int, default=3)
   p.add_argument("--shadows", type=int, default=2)
-  p.add_argument("--rounds", type=int, default=30)
-  p.add_argument("--quick", action="store_true")
-  p.add_argument("--out", default=common.RESULTS)
-  p.add_argument("--resume", action="store_true")
   a = p.parse_args(argv)
   cells = [(e, v) for e in (5.0, 10.0, 20.0) for v in (0.95, 1.0, 1.05)] + ["no DP"]
   if a.quick:
