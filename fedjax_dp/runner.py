@@ -257,19 +257,10 @@ class RunConfig:
 
 
 def _check_impact_spec(spec: Any) -> None:
-  """Syntax of ``impact_factors``: a keyword, a ratio "a-b-c" or a switch "r1>r2"."""
+  """Syntax of ``impact_factors``: "personalized" or an `impact_factors.check_spec`."""
   from fedjax_dp.federated import impact_factors as impact
-  if not isinstance(spec, str) or not spec.strip():
-    raise FedJaxDpError(f"impact_factors must be 'personalized', 'equal', 'data_size', a "
-                        f"ratio such as '0-1-2' or a switch such as '0-1-2>2-1-0', got "
-                        f"{spec!r}.")
-  if spec.strip().lower() in ("personalized", "equal", "uniform", "data_size"):
-    return
-  sides = spec.split(">")
-  if len(sides) > 2:
-    raise FedJaxDpError(f"impact_factors allows one switch 'before>after', got {spec!r}.")
-  for side in sides:
-    impact.parse_ratio(side, name="impact_factors")
+  if not (isinstance(spec, str) and spec.strip().lower() == "personalized"):
+    impact.check_spec(spec)
 
 
 def _parse_hidden(text: str) -> tuple:
@@ -471,12 +462,7 @@ def padpfl_impact_factors(cfg: RunConfig, data, part_of_client) -> np.ndarray:
       return impact.from_part_ratios(phases[0][1], parts)
     return impact.piecewise_schedule(
         [(start, impact.from_part_ratios(r, parts)) for start, r in phases], cfg.rounds)
-  if ">" in spec:
-    before, after = spec.split(">")
-    return impact.switch_schedule(parts, before, after, rounds=cfg.rounds,
-                                  switch_after=min(impact.SCENARIO4_SWITCH_AFTER,
-                                                   cfg.rounds - 1))
-  return impact.resolve(spec, part_of_client=parts, counts=data.counts)
+  return impact.from_spec(spec, parts, cfg.rounds, counts=data.counts)
 
 
 def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:

@@ -133,11 +133,7 @@ class Setup:
 def impact_schedule(ratio: str, part_of_client: np.ndarray, rounds: int) -> np.ndarray:
   """``[T, N]`` impact factors for a ratio: "1-1-1" / "0-1-2" fixed, "a>b" switching
   after `switch_after` rounds (scenario 4's adaptive 0-1-2 -> 2-1-0)."""
-  if ">" in ratio:
-    before, after = ratio.split(">")
-    return imp.switch_schedule(part_of_client, before, after,
-                               switch_after=switch_after(rounds), rounds=rounds)
-  return imp.constant_schedule(imp.resolve(ratio, part_of_client=part_of_client), rounds)
+  return imp.from_spec(ratio, part_of_client, rounds, switch_after=switch_after(rounds))
 
 
 def data_phases(sd: het.ScenarioData, rounds: int) -> List[Tuple[int, PopulationData]]:

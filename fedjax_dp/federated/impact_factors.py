@@ -37,7 +37,7 @@ __all__ = [
     "SUM_ATOL", "SCENARIO4_SWITCH_AFTER", "uniform", "data_size", "parse_ratio",
     "from_part_ratios", "resolve", "constant_schedule", "piecewise_schedule",
     "schedule_from_callable", "switch_schedule", "check_schedule", "increments",
-    "redistribute_dropped",
+    "redistribute_dropped", "SPEC_KEYWORDS", "check_spec", "from_spec",
 ]
 
 #: Tolerance on ``|sum p - 1|``.
@@ -415,6 +415,52 @@ def switch_schedule(part_of_client: Any, before: Ratios = "0-1-2", after: Ratios
   p0 = from_part_ratios(before, part_of_client)
   p1 = from_part_ratios(after, part_of_client)
   return piecewise_schedule([(1, p0), (s + 1, p1)], t)
+
+
+SPEC_KEYWORDS = ("equal", "uniform", "data_size")
+
+
+def check_spec(spec: Any, name: str = "impact_factors") -> str:
+  """Syntax of a user-facing impact-factor spec (no clients needed): a keyword of
+  `SPEC_KEYWORDS`, a ratio ``"a-b-c"`` or a switch ``"a-b-c>d-e-f"``.
+
+  Returns:
+    The spec, stripped and lower-cased.
+
+  Raises:
+    FedJaxDpError: naming ``name``: not a non-empty string, more than one ``'>'``, or a
+      ratio that `parse_ratio` refuses.
+  """
+  if not isinstance(spec, str) or not spec.strip():
+    raise FedJaxDpError(f"{name} must be one of {', '.join(SPEC_KEYWORDS)}, a ratio such "
+                        f"as '0-1-2' or a switch such as '0-1-2>2-1-0', got {spec!r}.")
+  key = spec.strip().lower()
+  if key in SPEC_KEYWORDS:
+    return key
+  sides = key.split(">")
+  if len(sides) > 2:
+    raise FedJaxDpError(f"{name} allows one switch 'before>after', got {spec!r}.")
+  for side in sides:
+    parse_ratio(side, name=name)
+  return key
+
+
+def from_spec(spec: str, part_of_client: Any, rounds: int, counts: Any = None,
+              switch_after: Optional[int] = None) -> np.ndarray:
+  """The ``[T, N]`` schedule named by a spec (see `check_spec`): a keyword or a ratio
+  gives fixed weights (`resolve`); ``"before>after"`` is `switch_schedule`, switching
+  after ``switch_after`` rounds (default ``min(SCENARIO4_SWITCH_AFTER, T - 1)``).
+
+  Raises:
+    FedJaxDpError: an invalid spec, parts, counts or rounds.
+  """
+  key = check_spec(spec)
+  t = check_int("rounds", rounds, minimum=1)
+  if ">" in key:
+    before, after = key.split(">")
+    s = min(SCENARIO4_SWITCH_AFTER, t - 1) if switch_after is None else switch_after
+    return switch_schedule(part_of_client, before, after, switch_after=s, rounds=t)
+  return constant_schedule(resolve(key, part_of_client=part_of_client, counts=counts), t)
 
 
 # ---------------------------------------------------------------------------

@@ -221,3 +221,21 @@ def test_redistribute_dropped():
     imp.redistribute_dropped(p, [0.5, 0, 0, 0])
   with pytest.raises(FedJaxDpError, match="p must sum to 1"):
     imp.redistribute_dropped([0.5, 0.4], [False, True])
+
+
+def test_from_spec_names_fixed_and_switching_schedules():
+  part = np.repeat(np.arange(3), 20)
+  fixed = imp.from_spec("0-1-2", part, 4)
+  np.testing.assert_allclose(fixed, np.tile(imp.from_part_ratios("0-1-2", part), (4, 1)))
+  np.testing.assert_allclose(imp.from_spec("equal", part, 2), np.full((2, 60), 1 / 60))
+  sw = imp.from_spec(" 0-1-2>2-1-0 ", part, 30)  # switch after round 10 by default
+  np.testing.assert_allclose(sw[9], imp.from_part_ratios("0-1-2", part))
+  np.testing.assert_allclose(sw[10], imp.from_part_ratios("2-1-0", part))
+  short = imp.from_spec("0-1-2>2-1-0", part, 3)  # min(10, T - 1)
+  np.testing.assert_allclose(short[2], imp.from_part_ratios("2-1-0", part))
+  np.testing.assert_allclose(imp.from_spec("0-1-2>2-1-0", part, 4, switch_after=1)[1],
+                             imp.from_part_ratios("2-1-0", part))
+  for bad, needle in [("", "impact_factors must be"), ("1>2>3", "one switch"),
+                      ("0-x-2", "non-numeric"), (None, "impact_factors must be")]:
+    with pytest.raises(FedJaxDpError, match=needle):
+      imp.check_spec(bad)
