@@ -98,6 +98,30 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
                       "(default batch size / mean client size)")
   g.add_argument("--accountant", default=d.accountant, choices=("rdp", "pld"),
                  help="accountant for the reported epsilon (both are in summary.json)")
+  g.add_argument("--noise-placement", default=d.noise_placement,
+                 choices=("central", "local"),
+                 help="dp_fedavg / dp_fedsgd: one Gaussian draw on the aggregate (central) "
+                      "or every sampled client noises its own clipped update (local; "
+                      "accounted under zero-out for Poisson cohorts)")
+  g.add_argument("--client-noise-multipliers", default=d.client_noise_multipliers,
+                 metavar="FILE",
+                 help="with --noise-placement local: a .npy, .json or text file with one "
+                      "noise multiplier per client; every client is accounted with its own "
+                      "and summary.json reports the worst client's epsilon")
+  g.add_argument("--sensitivity-mode", default=d.sensitivity_mode,
+                 choices=("paper", "clipped_gradients"),
+                 help="papers 000 and 004: paper = the paper's noise calibration, with the "
+                      "guarantee computed for the bound the code enforces (the weight "
+                      "ball); clipped_gradients = per-example gradient clipping "
+                      "(--grad-clip-norm) and the paper's formula with that provable "
+                      "sensitivity")
+  g.add_argument("--grad-clip-norm", type=float, default=d.grad_clip_norm,
+                 help="per-example gradient clip norm G of --sensitivity-mode "
+                      "clipped_gradients")
+  g.add_argument("--dp-metrics-only", action="store_true", default=d.dp_metrics_only,
+                 help="write only metrics released under DP or public to metrics.jsonl "
+                      "(no train loss, update norms, clip fractions: those are computed "
+                      "from raw client data)")
   g = p.add_argument_group(
       "amplitude_varying (paper 004: Yuan et al., geometric noise variance)",
       "uses --epsilon (eq. 8), --clip-norm as the parameter clip C, --local-steps as "
@@ -234,16 +258,28 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
     print("  privacy: none (non-private baseline: no clipping, no noise; epsilon = inf)")
   else:
     pld = "n/a" if s["epsilon_pld"] is None else f"{s['epsilon_pld']:.3f}"
-    print(f"  privacy: ({eps_txt}, {s['delta']:g})-DP, {s['privacy_unit']}, neighbouring "
+    delta_txt = (f"{s['delta']:g}" if s["delta_total"] in (None, s["delta"]) else
+                 f"{s['delta_total']:.4g} = {s['delta']:g} + truncation")
+    z_txt = ("" if s["noise_multiplier"] is None else
+             f"; noise multiplier {s['noise_multiplier']:.4g}")
+    print(f"  privacy: ({eps_txt}, {delta_txt})-DP, {s['privacy_unit']}, neighbouring "
           f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
-          f"(RDP {s['epsilon_rdp']:.3f}, PLD {pld}); noise multiplier "
-          f"{s['noise_multiplier']:.4g}, clip norm {s['clip_norm']}, sampling rate "
-          f"{s['sampling_rate']:.4g}")
+          f"(RDP {s['epsilon_rdp']:.3f}, PLD {pld}){z_txt}, clip norm {s['clip_norm']}, "
+          f"sampling rate {s['sampling_rate']:.4g}")
+    if s.get("per_client_epsilon_rdp") is not None:
+      print(f"  per-client accounting: the worst client is {s['worst_client']} (epsilon "
+            f"above); every client's epsilon is in summary.json")
+    if s.get("epsilon_conditional_rdp") is not None:
+      print(f"  conditional (not a guarantee): epsilon {s['epsilon_conditional_rdp']:.3f} "
+            f"if the paper's sensitivity {s['sensitivity_paper']:.4g} held; the guarantee "
+            f"above uses {s['sensitivity']:.4g}, what the code enforces")
   if s.get("epsilon_rdp_downlink") is not None:
     print(f"  paper 000's own accounting: epsilon {s['epsilon_paper']:g} per its "
-          f"classical Gaussian calibration; the accountant (RDP) on the noise added: "
-          f"uplink {s['epsilon_rdp_uplink']:.3f} over R = {s['exposures']} upload(s), "
-          f"{s['epsilon_rdp_uplink_all_uploads']:.3f} over all uploads, downlink "
+          f"classical Gaussian calibration; the accountant (RDP) on the noise added, with "
+          f"the paper's sensitivity: uplink {s['epsilon_rdp_uplink_conditional']:.3f} over "
+          f"R = {s['exposures']} upload(s), "
+          f"{s['epsilon_rdp_uplink_all_uploads_conditional']:.3f} over all uploads, "
+          f"downlink {s['epsilon_rdp_downlink_conditional']:.3f}; provable downlink "
           f"{s['epsilon_rdp_downlink']:.3f}; sigma_C {s['sigma_c'][0]:.4g}, sigma_S "
           f"{s['sigma_s'][-1]:.4g}, sigma_A {s['sigma_a'][-1]:.4g} (last round)")
   elif s.get("epsilon_paper") is not None:
@@ -265,48 +301,49 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
   return 0
 
 
-BREAKS = ("none", "noise-off", "noise-small", "no-clip")
-
-
 def _cmd_audit(args) -> int:
-  """Audits the DP-FedAvg aggregation (optionally deliberately broken) with a canary."""
+  """Canary audits of the shipped algorithms through their real rounds (optionally with
+  a deliberately re-introduced bug); exit status 1 if any lower bound exceeds the claim."""
+  from fedjax_dp import auditing
+  from fedjax_dp.algorithms import audit_targets
+  from fedjax_dp.validation import check_int
   import jax
-  import jax.numpy as jnp
-  import numpy as np
-  from fedjax_dp.privacy import accounting, audit
-  from fedjax_dp.validation import (check_delta, check_int, check_non_negative,
-                                    check_positive)
-  z = check_non_negative("noise_multiplier", args.noise_multiplier)
-  c = check_positive("clip_norm", args.clip_norm)
-  delta = check_delta(args.delta)
-  reps = check_int("repetitions", args.repetitions, minimum=10)
-  k = check_int("clients", args.clients, minimum=1)
-  p = check_int("dim", args.dim, minimum=1)
-  claimed = (accounting.compute_epsilon(z, 1.0, 1, delta, accountant="pld")
-             if z > 0 else float("inf"))
-  if args.break_mechanism == "noise-off":
-    mechanism = audit.gaussian_sum_mechanism(c, 0.0)
-  elif args.break_mechanism == "noise-small":
-    mechanism = audit.gaussian_sum_mechanism(c, z / 10)
-  elif args.break_mechanism == "no-clip":
-    mechanism = lambda u, key: jnp.sum(u, 0) + z * c * jax.random.normal(key, u.shape[1:])
+  reps = check_int("repetitions", args.repetitions, minimum=100)
+  cal = check_int("calibration", args.calibration, minimum=100)
+  if args.list:
+    for t in audit_targets.TARGETS:
+      print(f"{t.name:40s} {t.mechanism}")
+      for b, what in t.breaks.items():
+        print(f"{'':42s}--break {b}: {what}")
+    return 0
+  if args.algorithm == "all":
+    targets = list(audit_targets.TARGETS)
   else:
-    mechanism = audit.gaussian_sum_mechanism(c, z)
-  rng = np.random.default_rng(args.seed)
-  others = jnp.asarray(rng.normal(size=(k, p)) * c / np.sqrt(p), jnp.float32)
-  # The canary: a unit direction, 10x the clip norm long (clipping must cut it to C).
-  canary = jnp.zeros(p, jnp.float32).at[0].set(10.0 * c)
-  res = audit.audit_mechanism(mechanism, others, canary, delta=delta, repetitions=reps,
-                              key=jax.random.key(args.seed))
-  caught = res.epsilon_lower_bound > claimed
-  print(f"mechanism: clip {c:g} -> sum of {k} clients + canary -> Gaussian noise "
-        f"(z = {z:g}), broken: {args.break_mechanism}")
-  print(f"accountant epsilon (PLD, one release, delta {delta:g}): {claimed:.3f}")
-  print(f"audited lower bound ({reps} releases per world, 95% confidence): "
-        f"{res.epsilon_lower_bound:.3f}")
-  print("VIOLATION: the lower bound exceeds the accountant's epsilon." if caught else
-        "consistent: the lower bound does not exceed the accountant's epsilon.")
-  return 1 if caught else 0
+    targets = audit_targets.targets_for(args.algorithm)
+  if args.target:
+    targets = [t for t in targets if t.name == args.target]
+    if not targets:
+      raise FedJaxDpError(f"target must be one of "
+                          f"{[t.name for t in audit_targets.TARGETS]}, got {args.target!r}.")
+  cache, violated = {}, False
+  print(f"canary audits: {reps} scored repetitions per world (+{cal} to fix the test), "
+        f"delta {audit_targets.DELTA:g}, 95% confidence; claimed = the code's epsilon (PLD "
+        f"where supported), lower bound = what the releases prove")
+  for t in targets:
+    breaks = (list(t.breaks) if args.break_mechanism == "all" else [args.break_mechanism])
+    for b in breaks:
+      if b not in t.breaks:
+        if args.break_mechanism != "all" and len(targets) == 1:
+          raise FedJaxDpError(f"break must be one of {sorted(t.breaks)} for {t.name}, got "
+                              f"{b!r}.")
+        continue
+      rep = auditing.run(t.build(b), repetitions=reps, calibration=cal,
+                         key=jax.random.key(args.seed), cache=cache)
+      violated |= rep.violated
+      print(f"{t.name:38s} break={b:20s} {auditing.describe(rep)}")
+  print("VIOLATION: a lower bound exceeds the claimed epsilon." if violated else
+        "consistent: no lower bound exceeds the claimed epsilon.")
+  return 1 if violated else 0
 
 
 def _cmd_datasets(args) -> int:
@@ -330,21 +367,29 @@ def build_parser() -> argparse.ArgumentParser:
       description="fedjax_dp: fast simulation of differentially private federated learning")
   sub = parser.add_subparsers(dest="command", required=True)
   parser.run_parser = _add_run_parser(sub)
+  from fedjax_dp.algorithms import ALGORITHMS
   au = sub.add_parser(
       "audit", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-      help="empirical privacy audit of the DP-FedAvg aggregation with a canary client",
-      description=("Runs clip -> sum -> Gaussian noise many times with and without a "
-                   "canary client and compares the empirical lower bound on epsilon with "
-                   "the accountant's epsilon. Exit status 1 if the bound exceeds it."))
-  au.add_argument("--noise-multiplier", type=float, default=1.0)
-  au.add_argument("--clip-norm", type=float, default=1.0)
-  au.add_argument("--delta", type=float, default=1e-5)
-  au.add_argument("--repetitions", type=int, default=2000, help="releases per world")
-  au.add_argument("--clients", type=int, default=10, help="other clients in the cohort")
-  au.add_argument("--dim", type=int, default=100, help="update dimension")
-  au.add_argument("--break", dest="break_mechanism", default="none", choices=BREAKS,
-                  help="audit a deliberately broken mechanism")
+      help="empirical privacy audit of the shipped algorithms with canaries",
+      description=("Runs each algorithm's real round many times on two neighbouring "
+                   "populations (with and without a canary user or record), fixes a "
+                   "distinguishing test on part of the runs and turns its error rates on "
+                   "the rest into a lower bound on epsilon, compared with the epsilon the "
+                   "code claims. --break re-introduces a known bug deliberately; the audit "
+                   "must catch it. Exit status 1 if a bound exceeds its claim."))
+  au.add_argument("--algorithm", default="all", choices=["all"] + sorted(ALGORITHMS),
+                  help="the algorithm whose mechanisms to audit")
+  au.add_argument("--target", default=None,
+                  help="one target, e.g. dp_fedavg/fixed_size (see --list)")
+  au.add_argument("--break", dest="break_mechanism", default="none",
+                  help="a deliberate bug to re-introduce (see --list), or 'all' for every "
+                       "break of each target")
+  au.add_argument("--repetitions", type=int, default=20000,
+                  help="scored repetitions per world")
+  au.add_argument("--calibration", type=int, default=10000,
+                  help="repetitions per world that fix the distinguishing test")
   au.add_argument("--seed", type=int, default=0)
+  au.add_argument("--list", action="store_true", help="list the targets and their breaks")
   ds = sub.add_parser("datasets", help="list datasets, their source and availability")
   ds.add_argument("--json", action="store_true", help="machine-readable output")
   return parser

@@ -19,6 +19,7 @@ import tomllib
 import typing
 from typing import Any, Dict, List, Mapping, Optional
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,13 +31,18 @@ from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_f
                                  make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, schedules
+from fedjax_dp.privacy import accounting, disclosure, schedules
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)
 
 CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
 SAMPLERS = ("poisson", "fixed_size")
+
+#: Version of the records in metrics.jsonl and checkpoints. 2: ``noise_multiplier`` is
+#: ``noise_stddev / sensitivity`` under the record's ``neighboring_relation`` (fixed-size
+#: cohorts report half of what version 1 did); checkpoints of version 1 are refused.
+METRICS_FORMAT = 2
 
 DEFAULT_MODELS = {"adult": "linear", "har": "har_cnn", "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn",
                   "cifar10": "cnn", "synthetic": "mlp"}
@@ -59,6 +65,15 @@ class RunConfig:
   tau (default 5), ``clients_per_round`` as K (default q N), ``mechanism``
   (gaussian, laplace, none) with ``laplace_mode``, and online refinement
   ``alpha_d`` with ``refinement_mode`` (paper, exact_budget).
+
+  ``noise_placement="local"`` makes every sampled client of dp_fedavg / dp_fedsgd add its
+  own noise; ``client_noise_multipliers`` (a path to a ``.npy``, ``.json`` or text file
+  with one z per client) gives each client its own noise multiplier (local placement
+  only; every client is then accounted with its own, and the summary reports the worst
+  client's epsilon and each client's). ``sensitivity_mode`` (``paper`` or
+  ``clipped_gradients`` with ``grad_clip_norm``) selects how papers 000 and 004 bound
+  an upload's sensitivity. ``dp_metrics_only`` writes only the metrics released under
+  DP or public (`fedjax_dp.privacy.disclosure`).
 
   ``padpfl`` (paper 000) builds the heterogeneity ``scenario`` (1-4 of its Table I:
   60 clients in three parts, salt-and-pepper noise per part or unequal sizes) from
@@ -111,6 +126,11 @@ class RunConfig:
   impact_factors: str = "personalized"
   exposures: int = 1
   prox_mu: float = 0.01
+  noise_placement: str = "central"
+  client_noise_multipliers: Optional[str] = None
+  sensitivity_mode: str = "paper"
+  grad_clip_norm: Optional[float] = None
+  dp_metrics_only: bool = False
 
   @classmethod
   def from_dict(cls, values: Mapping[str, Any], source: str = "config") -> "RunConfig":
@@ -169,10 +189,27 @@ class RunConfig:
     check_choice("client_optimizer", self.client_optimizer, CLIENT_OPTIMIZERS)
     check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
     check_choice("accountant", self.accountant, ("rdp", "pld"))
-    if self.algorithm in ("amplitude_varying", "padpfl"):  # without replacement: RDP
+    if self.algorithm == "amplitude_varying":  # K of U without replacement: RDP
       accounting.check_accountant_supports(self.accountant, "fixed_size")
-    elif self.algorithm != "dp_fedavg_record_level":  # record level: examples, Poisson
-      accounting.check_accountant_supports(self.accountant, self.sampler)
+    check_choice("noise_placement", self.noise_placement, ("central", "local"))
+    check_choice("sensitivity_mode", self.sensitivity_mode, ("paper", "clipped_gradients"))
+    if self.grad_clip_norm is not None:
+      check_positive("grad_clip_norm", self.grad_clip_norm)
+    if (self.sensitivity_mode == "clipped_gradients") != (self.grad_clip_norm is not None):
+      raise FedJaxDpError("sensitivity_mode='clipped_gradients' and grad_clip_norm go "
+                          "together: give both (G, the per-example gradient clip norm) "
+                          "or neither.")
+    if self.client_noise_multipliers is not None:
+      if self.noise_placement != "local":
+        raise FedJaxDpError("client_noise_multipliers needs noise_placement='local' "
+                            "(central noise is one draw for the whole cohort).")
+      if not os.path.isfile(os.path.expanduser(self.client_noise_multipliers)):
+        raise FedJaxDpError(f"client_noise_multipliers must be a file with one noise "
+                            f"multiplier per client, got {self.client_noise_multipliers!r}"
+                            " (not found).")
+    if not isinstance(self.dp_metrics_only, bool):
+      raise FedJaxDpError(f"dp_metrics_only must be True or False, got "
+                          f"{self.dp_metrics_only!r}.")
     check_int("rounds", self.rounds, minimum=1)
     if self.batch_size is not None:
       check_int("batch_size", self.batch_size, minimum=1)
@@ -389,6 +426,8 @@ def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=N
                     part_of_client=None):
   """The `Algorithm` for ``cfg`` on ``data`` (``noise_multiplier`` already resolved;
   ``part_of_client`` ``[N]``: padpfl's client parts, from `padpfl_scenario`)."""
+  paper_sensitivity = dict(sensitivity_mode=cfg.sensitivity_mode,
+                           grad_clip_norm=cfg.grad_clip_norm)
   if cfg.algorithm == "padpfl":
     return algos.padpfl.padpfl(
         model, data, impact_factors=padpfl_impact_factors(cfg, data, part_of_client),
@@ -396,7 +435,7 @@ def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=N
         delta=cfg.delta, rounds=cfg.rounds, exposures=cfg.exposures, clip_bound=cfg.clip_norm,
         learning_rate=cfg.client_learning_rate, local_steps=cfg.local_steps or 10,
         batch_size=cfg.batch_size, prox_mu=cfg.prox_mu, private=cfg.mechanism != "none",
-        chunk_size=cfg.chunk_size, mesh=mesh)
+        chunk_size=cfg.chunk_size, mesh=mesh, **paper_sensitivity)
   if cfg.algorithm == "amplitude_varying":
     k = cfg.clients_per_round or max(1, round(cfg.sampling_rate * data.num_clients))
     return algos.amplitude_varying.amplitude_varying(
@@ -404,7 +443,8 @@ def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=N
         vartheta=cfg.vartheta, rounds=cfg.rounds, clients_per_round=k,
         local_steps=cfg.local_steps or 5, learning_rate=cfg.client_learning_rate,
         clip_norm=cfg.clip_norm, mechanism=cfg.mechanism, laplace_mode=cfg.laplace_mode,
-        batch_size=cfg.batch_size, chunk_size=cfg.chunk_size, mesh=mesh)
+        batch_size=cfg.batch_size, chunk_size=cfg.chunk_size, mesh=mesh,
+        **paper_sensitivity)
   common = dict(chunk_size=cfg.chunk_size, mesh=mesh,
                 clients_per_round=cfg.clients_per_round, sampling_rate=cfg.sampling_rate,
                 sampler=cfg.sampler, local_epochs=None if cfg.local_steps else cfg.local_epochs,
@@ -415,7 +455,8 @@ def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=N
                 server_learning_rate=cfg.server_learning_rate)
   if cfg.algorithm in ("dp_fedavg", "dp_fedsgd"):
     return algos.ALGORITHMS[cfg.algorithm](model, data, clip_norm=cfg.clip_norm,
-                                           noise_multiplier=noise_multiplier, **common)
+                                           noise_multiplier=noise_multiplier,
+                                           noise_placement=cfg.noise_placement, **common)
   if cfg.algorithm == "dp_fedavg_record_level":
     return algos.dp_fedavg_record_level(
         model, data, record_clip_norm=cfg.clip_norm,
@@ -465,54 +506,84 @@ def padpfl_impact_factors(cfg: RunConfig, data, part_of_client) -> np.ndarray:
   return impact.from_spec(spec, parts, cfg.rounds, counts=data.counts)
 
 
-def resolve_noise_multiplier(cfg: RunConfig, data, probe) -> float:
-  """z from the config, or calibrated so that ``rounds`` rounds spend ``target_epsilon``.
+def load_client_noise_multipliers(path: str, num_clients: int) -> np.ndarray:
+  """One noise multiplier per client from a ``.npy``, ``.json`` (a list) or text file
+  (numbers separated by white space or commas), float32 ``[num_clients]``.
 
-  ``probe`` is an `Algorithm` built with a placeholder z; its resolved sampling rate and
-  DP steps per round define the events to calibrate.
+  Raises:
+    FedJaxDpError: an unreadable file, or not ``num_clients`` finite values >= 0.
   """
-  if cfg.algorithm == "fedavg":
-    return 0.0
-  if cfg.algorithm in ("amplitude_varying", "padpfl"):  # calibrated inside; report z_1
-    return float(probe.hparams.noise_multiplier)
+  path = os.path.expanduser(path)
+  try:
+    if path.endswith(".npy"):
+      z = np.load(path, allow_pickle=False)
+    elif path.endswith(".json"):
+      with open(path) as f:
+        z = np.asarray(json.load(f), np.float64)
+    else:
+      with open(path) as f:
+        z = np.asarray([float(v) for v in f.read().replace(",", " ").split()], np.float64)
+  except (OSError, ValueError, TypeError) as e:
+    raise FedJaxDpError(f"client_noise_multipliers {path!r} cannot be read as numbers: "
+                        f"{e}.") from e
+  z = np.asarray(z, np.float64).reshape(-1)
+  if z.shape != (num_clients,) or not np.all(np.isfinite(z)) or np.any(z < 0):
+    raise FedJaxDpError(f"client_noise_multipliers must hold {num_clients} finite values "
+                        f">= 0 (one per client), got {z.size} values in {path!r}.")
+  return z.astype(np.float32)
+
+
+def resolve_noise_multiplier(cfg: RunConfig, data, probe):
+  """z (a float, or float32 ``[N]`` per client) from the config, or calibrated so that
+  ``rounds`` rounds spend ``target_epsilon``.
+
+  ``probe`` is an `Algorithm` built with a placeholder z; its `PrivacySpec` maps the
+  noise-multiplier hyper-parameter to the DpEvent its rounds release
+  (``round_event``), so calibration inverts the algorithm's own accounting. Returns
+  None for algorithms that calibrate their noise themselves (papers 000 and 004) or
+  add none.
+  """
+  if cfg.algorithm in ("fedavg", "amplitude_varying", "padpfl"):
+    return None
+  if cfg.client_noise_multipliers is not None:
+    if cfg.noise_multiplier is None:
+      raise FedJaxDpError("target_epsilon calibration is not available with "
+                          "client_noise_multipliers (each client has its own); give the "
+                          "noise multipliers, and target_epsilon only as a budget guard.")
+    return load_client_noise_multipliers(cfg.client_noise_multipliers, data.num_clients)
   if cfg.noise_multiplier is not None:  # with target_epsilon too: the budget guard
     return float(cfg.noise_multiplier)
-  record = cfg.algorithm == "dp_fedavg_record_level"
-  q = probe.config["record_sampling_rate"] if record else probe.config["sampling_rate"]
-  steps = probe.config["local_dp_steps"] if record else 1
-  kw = dict(probe.privacy.event_kwargs)
-  kw.pop("sampler", None)
-  return float(accounting.calibrate_noise_multiplier(
-      cfg.target_epsilon, cfg.delta, q, cfg.rounds, steps_per_round=steps,
-      sampler=probe.privacy.sampler, accountant=cfg.accountant, **kw))
+  spec = probe.privacy
+  return accounting.calibrate(
+      lambda z: dp_accounting.SelfComposedDpEvent(spec.round_event(z), cfg.rounds),
+      cfg.target_epsilon, cfg.delta, cfg.accountant)
 
 
-def budget_rounds(cfg: RunConfig, alg, ledger_kwargs: Dict[str, Any]) -> int:
+def budget_rounds(cfg: RunConfig, alg, z) -> int:
   """Budget guard: how many of ``cfg.rounds`` rounds fit in ``cfg.target_epsilon``.
 
-  A fresh `PrivacyLedger` like the run's records the planned rounds' events (the
-  algorithm's noise multiplier, sampling rate and DP steps); training stops before the
-  first round after which its epsilon (RDP, at ``cfg.delta``) would exceed the target.
-  RDP is never below PLD, so the guard is conservative for either accountant.
+  A fresh ledger like the run's (``alg.privacy.make_ledger``) records the planned
+  rounds' events (the noise-multiplier hyper-parameter ``z``, a float or a per-client
+  ``[N]`` vector, through the algorithm's `PrivacySpec`); training stops before the
+  first round after which its epsilon (RDP, at ``cfg.delta``; the worst client's with
+  per-client noise) would exceed the target. RDP is never below PLD, so the guard is
+  conservative for either accountant.
 
   Raises:
     FedJaxDpError: even the first round would exceed the target.
   """
-  hp = alg.hparams
-  record = alg.privacy.unit == "record-level"
-  z = float(hp.client.record_noise_multiplier if record else hp.noise_multiplier)
-  q = float(hp.client.record_sampling_rate if record else hp.sampling_rate)
-  steps = int(alg.config.get("local_dp_steps", 1)) if record else 1
-  trial = accounting.PrivacyLedger(delta=cfg.delta, privacy_unit="record" if record
-                                   else "user", **ledger_kwargs)
-  eps = trial.record_many(np.full(cfg.rounds, z), np.full(cfg.rounds, q),
-                          np.full(cfg.rounds, steps))
+  spec = alg.privacy
+  trial = spec.make_ledger(cfg.delta)
+  z_event = np.asarray(z, np.float64) * spec.event_scale
+  zs = np.broadcast_to(z_event, (cfg.rounds,) + z_event.shape)
+  eps = trial.record_many(zs, np.full(cfg.rounds, spec.sampling_rate),
+                          np.full(cfg.rounds, spec.steps))
   allowed = int(np.sum(eps <= cfg.target_epsilon))  # eps grows with every round
   if allowed == 0:
     raise FedJaxDpError(
         f"target_epsilon={cfg.target_epsilon} is below the epsilon of a single round "
-        f"({eps[0]:.4g} at delta={cfg.delta:g} with noise_multiplier={z:g}); raise it or "
-        "the noise multiplier.")
+        f"({eps[0]:.4g} at delta={cfg.delta:g} with noise_multiplier "
+        f"{np.min(np.asarray(z)):g}); raise it or the noise multiplier.")
   return allowed
 
 
@@ -574,6 +645,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     # The configuration comes from the checkpoint: the run continues as it started.
     checkpointer = RunCheckpointer(os.path.join(cfg.resume, "checkpoints"))
     saved = checkpointer.restore_meta()
+    if saved.get("metrics_format") != METRICS_FORMAT:
+      raise FedJaxDpError(
+          f"resume: the checkpoint in {cfg.resume!r} was written by an earlier fedjax_dp "
+          f"(metrics format {saved.get('metrics_format', 1)}, this one reads "
+          f"{METRICS_FORMAT}), whose noise multipliers for fixed-size cohorts were not "
+          "relative to the replace-one sensitivity; start a new run.")
     cfg = RunConfig.from_dict({**saved["config"], "out": cfg.resume, "resume": None},
                               source=f"checkpoint in {cfg.resume}").validate()
   padpfl = cfg.algorithm == "padpfl"
@@ -598,25 +675,36 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   parts = scenario.part_of_client if scenario is not None else None
   probe = build_algorithm(cfg, model, data, 1.0, mesh, parts)
   z = resolve_noise_multiplier(cfg, data, probe)
-  alg = build_algorithm(cfg, model, data, z, mesh, parts) if z != 1.0 else probe
+  alg = (build_algorithm(cfg, model, data, z, mesh, parts)
+         if z is not None and not (np.ndim(z) == 0 and z == 1.0) else probe)
 
   ledger = None
-  # The sampler (and, for fixed-size cohorts, population and cohort sizes) that fix the
-  # DpEvent; with delta and each round's (z, q, dp_steps) in metrics.jsonl they let a
-  # reader recompute epsilon from that file alone.
+  # What fixes the DpEvent besides each round's (z, q, dp_steps): with these in every
+  # record of metrics.jsonl a reader can recompute epsilon from that file alone.
   accounting_fields: Dict[str, Any] = {}
   if alg.privacy is not None:
-    sampling = {"sampler": alg.privacy.sampler, **_ledger_kwargs(alg.privacy.event_kwargs)}
-    ledger = accounting.PrivacyLedger(
-        delta=cfg.delta, privacy_unit="record" if alg.privacy.unit == "record-level"
-        else "user", **sampling)
-    accounting_fields = {"delta": cfg.delta, **sampling}
+    spec = alg.privacy
+    if not spec.supports(cfg.accountant):
+      raise FedJaxDpError(
+          f"accountant must be 'rdp' for this run, got {cfg.accountant!r}: dp-accounting's "
+          "PLD has no event for a fixed-size cohort smaller than the population (sampling "
+          "without replacement).")
+    ledger = spec.make_ledger(cfg.delta)
+    accounting_fields = {"delta": cfg.delta, "sampler": spec.sampler,
+                         "neighboring_relation": spec.relation, "privacy_unit": spec.unit,
+                         "population_size": spec.population_size,
+                         "cohort_size": spec.cohort_size}
+    if spec.truncation is not None:
+      accounting_fields.update(
+          truncation_population_size=spec.truncation.population_size,
+          truncation_cap=spec.truncation.cap,
+          truncation_draws_per_step=spec.truncation.draws_per_step)
   planned = cfg.rounds
   paper004 = cfg.algorithm == "amplitude_varying"
   guarded = (ledger is not None and cfg.target_epsilon is not None and
              cfg.noise_multiplier is not None and not paper004 and not padpfl)
   if guarded:  # decided before anything is compiled or written
-    planned = budget_rounds(cfg, alg, sampling)
+    planned = budget_rounds(cfg, alg, z)
   root = jax.random.key(cfg.seed)
   state = alg.init(jax.random.fold_in(root, 1 << 20))
   done_before = 0
@@ -628,12 +716,25 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   pop = sharding.replicate(
       PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh)
   if ledger is not None and saved_records:
-    # The restored rounds' events, so that epsilon continues exactly.
-    ledger.record_many([r["noise_multiplier"] for r in saved_records],
-                       [r["sampling_rate"] for r in saved_records],
-                       [r["dp_steps"] for r in saved_records])
+    # The restored rounds' events, so that epsilon continues exactly: from the records
+    # (what metrics.jsonl holds), or the saved per-client ledger.
+    if alg.privacy.per_client:
+      from fedjax_dp.privacy.per_client import PerClientLedger
+      ledger = PerClientLedger.from_dict(meta["per_client_ledger"])
+    else:
+      ledger.record_many([r["noise_multiplier"] for r in saved_records],
+                         [r["sampling_rate"] for r in saved_records],
+                         [r["dp_steps"] for r in saved_records])
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
+  # HAR's test windows are the clients' own held-out data; without a test set the
+  # training data is evaluated: then test metrics are diagnostics, not DP releases.
+  labels = disclosure.labels_for_run(data.test_x is None or data.client_test_x is not None)
+
+  def published(rec):
+    """What metrics.jsonl gets: every labelled field, or only the released ones."""
+    return disclosure.released(rec, labels) if cfg.dp_metrics_only else (
+        disclosure.table(rec, labels) and rec)
   # Evaluation runs inside the compiled rounds (no host round trip).
   device_eval = make_device_evaluator(model, test_x, test_y)
   eval_jit = jax.jit(device_eval.fn)
@@ -654,7 +755,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     # Rewritten from the checkpoint on resume: rounds after it were lost with the run.
     metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
     for rec in saved_records:
-      metrics_file.write(json.dumps(rec) + "\n")
+      metrics_file.write(json.dumps(published(rec)) + "\n")
     metrics_file.flush()
   bar = None
   if progress:
@@ -680,15 +781,24 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       rec["planned_rounds"] = control.planned  # the horizon this round ran under
       control.observe(r["noise_stddev"], r.get("test_loss"))
       rec["epsilon_paper"] = control.epsilon_paper()
+      if alg.privacy is not None:  # z if the paper's Delta_s held (epsilon_conditional)
+        rec["noise_multiplier_conditional"] = r["noise_stddev"] / alg.config[
+            "sensitivity_paper"]
     if padpfl:  # paper 000's three noise SDs of this round (eqs. 8, 13, Theorem 1)
       rec["sigma_c"], rec["sigma_s"] = r["noise_stddev"], r["server_noise_stddev"]
       rec["sigma_a"] = alg.config["sigma_a"][r["round"]]
       rec["epsilon_paper"] = alg.config["epsilon"] if alg.config["private"] else None
-      rec["noise_multiplier_downlink"] = algos.padpfl.downlink_noise_multiplier(
-          alg.config, r["round"], r["noise_stddev"], r["server_noise_stddev"])
-    written.append(json_safe(rec))
+      for suffix, conditional in (("", False), ("_conditional", True)):
+        rec["noise_multiplier_downlink" + suffix] = algos.padpfl.downlink_noise_multiplier(
+            alg.config, r["round"], r["noise_stddev"], r["server_noise_stddev"],
+            conditional=conditional)
+      if alg.privacy is not None:
+        rec["noise_multiplier_conditional"] = r["noise_stddev"] / alg.config[
+            "sensitivity_paper"]
+    rec = json_safe(rec)
+    written.append(rec)  # the checkpoint keeps every field (resuming needs them)
     if metrics_file is not None:
-      metrics_file.write(json.dumps(json_safe(rec)) + "\n")
+      metrics_file.write(json.dumps(published(rec)) + "\n")
       metrics_file.flush()
     if "test_accuracy" in r:
       last["test_accuracy"] = r["test_accuracy"]
@@ -702,9 +812,11 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
 
     def on_block(s, done):
       if checkpointer is not None:
-        checkpointer.save(done_before + done, s, {
-            "rounds_done": done_before + done, "config": dataclasses.asdict(cfg),
-            "records": written})
+        meta = {"rounds_done": done_before + done, "config": dataclasses.asdict(cfg),
+                "records": written, "metrics_format": METRICS_FORMAT}
+        if alg.privacy is not None and alg.privacy.per_client:
+          meta["per_client_ledger"] = ledger.to_dict()
+        checkpointer.save(done_before + done, s, meta)
 
     common = dict(ledger=ledger, device_evaluator=device_eval, on_round=on_round,
                   on_block=on_block)
@@ -742,9 +854,10 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
 
   final = evaluate(state.params)
   wall = time.perf_counter() - t_start
-  eps_rdp = ledger.epsilon(accountant="rdp") if ledger else float("inf")
-  eps_pld = _pld_epsilon(ledger)
+  eps_rdp = _ledger_epsilon(ledger, "rdp")
+  eps_pld = _ledger_epsilon(ledger, "pld")
   eps = eps_pld if cfg.accountant == "pld" else eps_rdp
+  privacy = privacy_summary(ledger, alg.privacy, cfg.accountant, cfg.delta)
   summary = {
       "algorithm": alg.name,
       "dataset": data.name + (" (subset)" if data.is_subset else ""),
@@ -764,11 +877,13 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "epsilon_pld_note": ("" if eps_pld is not None else "dp-accounting's PLD has no "
                            "event for sampling without replacement; RDP is reported"),
       "delta": cfg.delta,
+      **privacy,
       "accountant": cfg.accountant,
       "privacy_unit": alg.privacy.unit if alg.privacy else "none (non-private)",
       "neighboring_relation": alg.privacy.neighboring if alg.privacy else None,
       "privacy_note": alg.privacy.note if alg.privacy else "",
-      "noise_multiplier": z,
+      "noise_multiplier": (None if z is None else
+                           float(np.min(z)) if np.ndim(z) else float(z)),
       "clip_norm": cfg.clip_norm if alg.privacy else None,
       "sampling_rate": alg.config["sampling_rate"],
       "k_max": alg.k_max,
@@ -777,6 +892,9 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "wall_time_s": wall,
       "time_per_round_s": (records[-1]["wall_time_s"] / len(records)) if records else None,
       "steady_time_per_round_s": _steady_time_per_round(records),
+      "metrics_dp_only": cfg.dp_metrics_only,
+      "metrics_disclosure": disclosure.table(
+          set().union(*(r.keys() for r in written)) if written else (), labels),
       "config": dataclasses.asdict(cfg),
       "algorithm_config": alg.config,
   }
@@ -785,28 +903,38 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     summary.update(
         epsilon_paper=control.epsilon_paper(),
         epsilon_paper_exact_moment_bound=(schedules.paper_epsilon_exact(
-            control.used, c["sampling_rate"], c["sensitivity"], cfg.delta)
+            control.used, c["sampling_rate"], c["calibration_sensitivity"], cfg.delta)
             if cfg.mechanism == "gaussian" and control.used else None),
         epsilon_paper_target=cfg.target_epsilon, vartheta=cfg.vartheta,
-        sensitivity=c["sensitivity"], noise_stddevs=control.used,
+        sensitivity=c["sensitivity"], sensitivity_paper=c["sensitivity_paper"],
+        sensitivity_mode=c["sensitivity_mode"], noise_stddevs=control.used,
         planned_rounds=control.planned)
+    if ledger is not None:
+      summary.update(_conditional_epsilon(alg, written, cfg.delta))
   if padpfl:  # paper 000: its own epsilon beside the accountant's, and the noise SDs
     c = alg.config
     summary.update(algos.padpfl.nominal_and_accountant_epsilons(c))
     if c["private"] and written:  # the broadcasts actually made, through a ledger
-      down = accounting.PrivacyLedger(delta=cfg.delta, privacy_unit="record", **sampling)
+      down = accounting.PrivacyLedger(cfg.delta, **alg.privacy.ledger_kwargs())
       down.record_many([r["noise_multiplier_downlink"] for r in written],
                        [1.0] * len(written), [1] * len(written))
       summary["epsilon_rdp_downlink"] = down.epsilon()
+      summary.update(_conditional_epsilon(alg, written, cfg.delta))
     summary.update(
         epsilon_paper_mechanism=("classical Gaussian mechanism per iteration, noise scaled "
                                  "linearly by R (uplink) and T (downlink)"),
-        epsilon_rdp_note=("epsilon_rdp (the ledger) composes every round's upload, i.e. "
-                          "all T uploads seen; epsilon_rdp_uplink assumes R uploads seen "
-                          "(the paper's threat model); epsilon_rdp_downlink composes the "
-                          "broadcasts made, z = the noise SD in the broadcast model over its "
-                          "sensitivity 2B max p / m_min (eq. 10), per round from "
-                          "metrics.jsonl"),
+        epsilon_rdp_note=("epsilon_rdp (the ledger, the guarantee) composes every round's "
+                          "upload, i.e. all T uploads seen, with the sensitivity the code "
+                          "enforces (summary 'sensitivity'); epsilon_rdp_downlink composes "
+                          "the broadcasts made, z = the noise SD in the broadcast model over "
+                          "max p times that sensitivity (eq. 10), per round from "
+                          "metrics.jsonl. The *_conditional epsilons use the sensitivity "
+                          "eqs. (8) and (13) were calibrated with (paper mode: 2B/m_min, "
+                          "which unclipped local training does not guarantee); "
+                          "epsilon_rdp_uplink_conditional assumes R uploads seen (the "
+                          "paper's threat model)"),
+        sensitivity=c["sensitivity"], sensitivity_paper=c["sensitivity_paper"],
+        sensitivity_mode=c["sensitivity_mode"],
         scenario=cfg.scenario, impact_factors_spec=cfg.impact_factors,
         part_of_client=[int(v) for v in scenario.part_of_client],
         impact_factors_per_part=_per_part(c["impact_factors"], scenario.part_of_client),
@@ -829,14 +957,65 @@ def _per_part(p_schedule, part_of_client) -> List[List[float]]:
   return p[:, first].tolist()
 
 
-def _pld_epsilon(ledger) -> Optional[float]:
-  """PLD epsilon, None where dp-accounting has no PLD for the ledger's events."""
+def _ledger_epsilon(ledger, accountant: str) -> Optional[float]:
+  """The run's epsilon (the worst client's with per-client accounting); inf without a
+  ledger (non-private), None where dp-accounting has no PLD for the events."""
   if ledger is None:
     return float("inf")
   try:
-    return ledger.epsilon(accountant="pld")
+    if hasattr(ledger, "worst_epsilon"):
+      return ledger.worst_epsilon(accountant=accountant)
+    return ledger.epsilon(accountant=accountant)
   except accounting.UnsupportedAccountingError:
     return None
+
+
+def privacy_summary(ledger, spec, accountant: str, delta: float) -> Dict[str, Any]:
+  """The guarantee's fields of summary.json: the relation, the truncation probability
+  and the delta it adds (``delta_total``), and with per-client accounting the worst
+  client and every client's epsilon (when they differ)."""
+  if ledger is None:
+    return {"relation": None, "truncation_probability": 0.0, "delta_total": None,
+            "guarantee": "none (non-private)"}
+  acc = accountant if spec.supports(accountant) else "rdp"
+  single = ledger.worst_ledger(accountant=acc) if spec.per_client else ledger
+  eps = single.epsilon(accountant=acc)
+  p = single.truncation_probability()
+  delta_total = single.delta_total(accountant=acc)
+  out = {"relation": spec.relation, "truncation_probability": p,
+         "delta_total": delta_total,
+         "guarantee": (f"({eps:.4g}, {delta_total:.4g})-DP, {spec.unit}, "
+                       f"{spec.neighboring}; {acc.upper()} accountant"
+                       + (f"; delta includes {delta_total - delta:.3g} for the "
+                          f"probability {p:.3g} that a padded Poisson draw was truncated"
+                          if p > 0 else ""))}
+  if spec.per_client:
+    eps_clients = ledger.epsilons(accountant="rdp")
+    out["worst_client"] = ledger.worst_client()
+    out["per_client_epsilon_rdp"] = (eps_clients.tolist()
+                                     if np.unique(eps_clients).size > 1 else None)
+  return out
+
+
+def _conditional_epsilon(alg, records: List[Dict[str, Any]], delta: float
+                         ) -> Dict[str, Any]:
+  """Papers 000 and 004: the accountant's epsilon *if* the paper's sensitivity held
+  (each record's ``noise_multiplier_conditional``), beside the provable one."""
+  led = accounting.PrivacyLedger(delta, **alg.privacy.ledger_kwargs())
+  led.record_many([r["noise_multiplier_conditional"] for r in records],
+                  [r["sampling_rate"] for r in records], [r["dp_steps"] for r in records])
+  provable = alg.config["sensitivity_mode"] != "paper"
+  return {"epsilon_conditional_rdp": led.epsilon(),
+          "epsilon_guarantee_note": (
+              "epsilon (epsilon_rdp / epsilon_pld) is the guarantee the code enforces, "
+              f"with sensitivity {alg.config['sensitivity']:.4g} ("
+              + ("clipped per-example gradients" if provable else
+                 "the diameter of the parameter ball every upload lies in")
+              + "). epsilon_conditional_rdp is what the accountant gives for the same "
+              f"noise IF the paper's sensitivity {alg.config['sensitivity_paper']:.4g} "
+              "held, which the code does not enforce (local gradients are "
+              + ("clipped, but the paper's bound is still not implied)" if provable else
+                 "not clipped); it is not a guarantee."))}
 
 
 def _paper004_hparams(alg, stddevs):
@@ -854,7 +1033,4 @@ def _steady_time_per_round(records: List[Dict[str, Any]]) -> Optional[float]:
   return (walls[-1] - walls[0]) / (len(walls) - first_block)
 
 
-def _ledger_kwargs(event_kwargs: Dict[str, Any]) -> Dict[str, Any]:
-  """Maps an algorithm's DpEvent arguments onto the ledger's constructor."""
-  return {k: v for k, v in event_kwargs.items()
-          if k in ("sampler", "population_size", "cohort_size")}
+

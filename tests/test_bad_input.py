@@ -278,20 +278,29 @@ def test_empty_clients_take_part_with_a_zero_update(dp_env):
   assert all(r["max_update_norm"] == 0.0 and r["nonfinite_updates"] == 0 for r in records)
 
 
-def test_empty_clients_take_no_local_dp_sgd_step(env):
-  """Record level: a client without examples has no expected batch (q*n = 0); it takes
-  no noisy step instead of dividing the noise by ~0, and a direct (un-jitted) call
-  with NumPy data works like a jitted one."""
-  fd, model = env
-  alg = dp_fedavg_record_level(model, fd, record_clip_norm=1.0, record_noise_multiplier=1.0,
-                               record_sampling_rate=0.5, sampling_rate=1.0)
+def test_empty_clients_take_every_noisy_local_dp_sgd_step(env):
+  """Record level (issue 13, 1d): a client without examples still takes every DP-SGD
+  step, each pure noise divided by the public batch size b (on the old code it took no
+  step, so adding one record to it changed the upload from exactly 0 to noisy: an
+  unbounded privacy loss); a direct (un-jitted) call with NumPy data works."""
+  fd, _ = env
+  model = create_model("mlp", fd.feature_shape, fd.num_classes, hidden=(64,))
+  z, c, lr, b = 1.0, 1.0, 0.1, 4
+  alg = dp_fedavg_record_level(model, fd, record_clip_norm=c, record_noise_multiplier=z,
+                               record_sampling_rate=0.5, sampling_rate=1.0, local_steps=3,
+                               batch_size=b, client_learning_rate=lr)
   state = alg.init(jax.random.key(0))
   empty = PopulationData(np.asarray(fd.x), np.asarray(fd.y), np.zeros_like(fd.counts))
   new, metrics = alg.round_fn(state, empty, alg.hparams, jax.random.key(1))
-  for a, b in zip(jax.tree_util.tree_leaves(state.params),
-                  jax.tree_util.tree_leaves(new.params)):
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-  assert float(metrics.max_update_norm) == 0.0
+  change = np.concatenate([np.ravel(np.asarray(b_) - np.asarray(a))
+                           for a, b_ in zip(jax.tree_util.tree_leaves(state.params),
+                                            jax.tree_util.tree_leaves(new.params))])
+  # Uniform mean of K clients' uploads, each lr * sum of 3 steps of N(0, (z c)^2) / b.
+  k = int(metrics.num_clients)
+  expected = lr * z * c * np.sqrt(3) / b / np.sqrt(k)
+  assert k == fd.num_clients and change.size > 100
+  assert abs(change.std() / expected - 1) < 6 / np.sqrt(2 * change.size)
+  assert float(metrics.max_update_norm) > 0.0
 
 
 # --- weight vectors -------------------------------------------------------------

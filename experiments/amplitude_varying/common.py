@@ -113,31 +113,46 @@ def run(setup: Setup, seed: int, refinement: Optional[av.OnlineRefinement] = Non
              final_test_accuracy=final["accuracy"], stddevs=used, planned_rounds=planned,
              test_loss=[r.get("test_loss") for r in recs],
              test_accuracy=[r.get("test_accuracy") for r in recs],
-             sensitivity=c["sensitivity"], wall_time_s=time.perf_counter() - t0)
+             sensitivity=c["sensitivity"], sensitivity_paper=c["sensitivity_paper"],
+             calibration_sensitivity=c["calibration_sensitivity"],
+             sensitivity_mode=c["sensitivity_mode"], wall_time_s=time.perf_counter() - t0)
   if c["mechanism"] == "gaussian":
-    out.update(epsilons(tuple(used), c["sensitivity"], c["sampling_rate"], c["num_clients"],
+    out.update(epsilons(tuple(used), c["calibration_sensitivity"], c["sensitivity"],
+                        c["sensitivity_paper"], c["sampling_rate"], c["num_clients"],
                         c["clients_per_round"], c["delta"]))
   return out
 
 
 @functools.lru_cache(maxsize=None)
-def epsilons(stddevs: tuple, sensitivity: float, q: float, u: int, k: int,
+def epsilons(stddevs: tuple, calibration_sensitivity: float, sensitivity: float,
+             sensitivity_paper: float, q: float, u: int, k: int,
              delta: float) -> Dict[str, float]:
   """The paper's epsilon and the accountants' for one schedule (cached: a schedule
-  does not depend on the seed). ``epsilon_rdp``: our ledger's, K of U without
-  replacement, replace-one (the sampling the algorithm does); ``epsilon_rdp_poisson``:
-  Poisson q = K/U, the note's diagnostic (section 2.8, caveat 3). PLD is left out:
-  dp-accounting has no PLD for sampling without replacement, and the Poisson PLD of 30
-  distinct small noise multipliers takes minutes per schedule."""
-  z = np.asarray(stddevs) / sensitivity
-  ones, qs = np.ones(len(z), int), np.full(len(z), q)
-  fixed = accounting.PrivacyLedger(delta=delta, sampler="fixed_size", population_size=u,
-                                   cohort_size=k, privacy_unit="record")
-  fixed.record_many(z, qs, ones)
+  does not depend on the seed).
+
+  ``epsilon_paper``: the paper's moment bound with the sensitivity eq. (8) used.
+  ``epsilon_rdp``: the guarantee, our ledger's, K of U without replacement, replace-one,
+  with the sensitivity the code enforces (``sensitivity``: 2C, or the clipped-gradient
+  bound). ``epsilon_rdp_conditional``: the same ledger *if* the paper's Delta_s =
+  2C/|D_k| held (not enforced: the local gradients are not clipped).
+  ``epsilon_rdp_poisson``: conditional too, Poisson q = K/U, the note's diagnostic
+  (section 2.8, caveat 3). PLD is left out: dp-accounting has no PLD for sampling
+  without replacement, and the Poisson PLD of 30 distinct small noise multipliers takes
+  minutes per schedule."""
+  s = np.asarray(stddevs, np.float64)
+  ones, qs = np.ones(len(s), int), np.full(len(s), q)
+  out = dict(epsilon_paper=schedules.paper_epsilon(stddevs, q, calibration_sensitivity,
+                                                   delta))
+  for key, sens in (("epsilon_rdp", sensitivity),
+                    ("epsilon_rdp_conditional", sensitivity_paper)):
+    fixed = accounting.PrivacyLedger(delta=delta, sampler="fixed_size", population_size=u,
+                                     cohort_size=k, privacy_unit="record")
+    fixed.record_many(s / sens, qs, ones)
+    out[key] = fixed.epsilon()
   pois = accounting.PrivacyLedger(delta=delta, sampler="poisson", privacy_unit="record")
-  pois.record_many(z, qs, ones)
-  return dict(epsilon_paper=schedules.paper_epsilon(stddevs, q, sensitivity, delta),
-              epsilon_rdp=fixed.epsilon(), epsilon_rdp_poisson=pois.epsilon())
+  pois.record_many(s / sensitivity_paper, qs, ones)
+  out["epsilon_rdp_poisson"] = pois.epsilon()
+  return out
 
 
 def mean_spread(values: List[float]) -> str:

@@ -42,6 +42,7 @@ from fedjax_dp.federated import PopulationData, make_block_fn, make_device_evalu
 from fedjax_dp.federated import impact_factors as imp
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.models import create_model
+from fedjax_dp.privacy import nbafl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import results_store  # noqa: E402  (experiments/results_store.py)
@@ -225,18 +226,30 @@ _EPS_CACHE: Dict[Any, Dict[str, Any]] = {}
 
 
 def epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
-  """`nominal_and_accountant_epsilons` (cached: it depends on p only through the noise
-  levels, which are the same for every seed)."""
+  """`nominal_and_accountant_epsilons` (the ``*_conditional`` epsilons: the accountant's
+  if the paper's upload sensitivity 2B / m_min held) and the guarantee the code enforces
+  (``epsilon_rdp``: all T uploads with the sensitivity 2B of the weight ball, as the
+  run's ledger composes them; ``epsilon_rdp_downlink``: the T broadcasts with max p
+  times it). Cached: it depends on p only through the noise levels, the same for every
+  seed."""
   if not config["private"]:
-    return dict(epsilon_paper=None, epsilon_rdp_uplink=None,
-                epsilon_rdp_uplink_all_uploads=None, epsilon_rdp_downlink=None,
-                z_uplink=None)
+    return dict(epsilon_paper=None, epsilon_rdp_uplink_conditional=None,
+                epsilon_rdp_uplink_all_uploads_conditional=None,
+                epsilon_rdp_downlink_conditional=None, z_uplink_conditional=None,
+                epsilon_rdp=None, epsilon_rdp_downlink=None)
   p = np.asarray(config["impact_factors"])
   key = (config["epsilon"], config["clip_bound"], config["rounds"], config["exposures"],
-         config["min_local_dataset_size"], float(p.max()),
+         config["min_local_dataset_size"], config["sensitivity"], float(p.max()),
          round(float((p ** 2).sum(1).max()), 12))
   if key not in _EPS_CACHE:
-    _EPS_CACHE[key] = pad.nominal_and_accountant_epsilons(config)
+    out = pad.nominal_and_accountant_epsilons(config)
+    t = config["rounds"]
+    out["epsilon_rdp"] = nbafl.gaussian_epsilon(
+        config["sigma_c"][0] / config["sensitivity"], config["delta"], releases=t)
+    out["epsilon_rdp_downlink"] = nbafl.gaussian_epsilon(
+        [pad.downlink_noise_multiplier(config, i, config["sigma_c"][i], config["sigma_s"][i])
+         for i in range(t)], config["delta"])
+    _EPS_CACHE[key] = out
   return dict(_EPS_CACHE[key])
 
 

@@ -166,8 +166,8 @@ def noise_table(files: Dict[str, Runs]) -> List[str]:
           f"| {fname} | {runs.meta['scenario']} | {name_of(ratio, eps)} | {r['max_p']:.4f} | "
           f"{r['sum_p2']:.5f} | {r['min_local_dataset_size']} | {r['sigma_c']:.5f} | "
           f"{r['sigma_ac']:.5f} | {r['sigma_s']:.5f} | {r['sigma_a']:.5f} | "
-          f"{f(r['epsilon_paper'])} | {f(r['epsilon_rdp_uplink'])} | "
-          f"{f(r['epsilon_rdp_uplink_all_uploads'])} | {f(r['epsilon_rdp_downlink'])} |")
+          f"{f(r['epsilon_paper'])} | {f(r['epsilon_rdp_uplink_conditional'])} | "
+          f"{f(r['epsilon_rdp_uplink_all_uploads_conditional'])} | {f(r['epsilon_rdp_downlink_conditional'])} |")
   return lines
 
 

@@ -180,8 +180,8 @@ def summarize(res: common.Results, out: str, name: str, quiet: bool = False) -> 
         f"{sig('sigma_s')} | "
         f"{sig('sigma_a')} | {f('final_test_loss')} | {f('best_test_loss')} | "
         f"{int(np.nanargmin(loss.mean(0)[1:])) + 1} | {f('final_test_accuracy')} | "
-        f"{eps('epsilon_paper')} | {eps('epsilon_rdp_uplink')} | "
-        f"{eps('epsilon_rdp_uplink_all_uploads')} | {eps('epsilon_rdp_downlink')} | "
+        f"{eps('epsilon_paper')} | {eps('epsilon_rdp_uplink_conditional')} | "
+        f"{eps('epsilon_rdp_uplink_all_uploads_conditional')} | {eps('epsilon_rdp_downlink_conditional')} | "
         f"{len(rs)} |")
   lines += ["", "Mean ± std over seeds (each seed: its own parts, client data, noise and "
             "initial model, shared by every curve). sigma_* per coordinate, in units of "

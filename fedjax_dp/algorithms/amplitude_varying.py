@@ -18,15 +18,30 @@ epsilon never recompiles (`fedjax_dp.privacy.schedules` computes the schedules).
 Online refinement (Theorem 2, eq. 9) is `OnlineRefinement`, a host-side controller fed
 the test loss after each round; `train` runs either.
 
-Privacy statement: record-level (one example of one client's local dataset), with the
-L2 sensitivity Delta_s = 2C / min_k |D_k| of full-batch GD under parameter clipping
-(section III-C). The ledger composes, per round, the client-sampled Gaussian
-mechanism with noise multiplier z_m = sigma_m / Delta_s: the example's client is in the
-cohort with probability K/U, drawn without replacement, and its model moves by at most
-Delta_s when the example is replaced, so each round is
-``SampledWithoutReplacementDpEvent(U, K, GaussianDpEvent(z_m))`` under the
-replace-one relation (RDP). The paper's own epsilon (`schedules.paper_epsilon`) is
-reported beside it.
+Privacy statement: record-level (one example of one client's local dataset),
+replace-one. The example's client is in the cohort with probability K/U, drawn without
+replacement, and its noisy model is the release, so each round is
+``SampledWithoutReplacementDpEvent(U, K, GaussianDpEvent(sigma_m / Delta))`` (RDP) with
+Delta the sensitivity of a client's trained model. Which Delta?
+
+* The paper's Delta_s = 2C / min_k |D_k| (section III-C, after NbAFL) assumes that
+  full-batch GD moves a model by at most that much when one example is replaced. The
+  client's gradients are not clipped, so this does not hold (a single example with
+  large features moves a linear model by far more; tests/algorithms/
+  test_amplitude_varying.py measures it). It is the paper's *calibration* (eq. 8), kept
+  as written, and an epsilon computed with it is reported as *conditional*
+  (``epsilon_conditional``).
+* ``sensitivity_mode="paper"`` (default): the guarantee the code enforces uses
+  Delta = 2C, the diameter of the parameter ball every trained model is projected onto
+  (`fedjax_dp.privacy.sensitivity.ball_sensitivity`). With the paper's small noise it
+  is a very large epsilon: it is what the run provably has.
+* ``sensitivity_mode="clipped_gradients"``: local training clips every per-example
+  gradient to ``grad_clip_norm`` G, Delta is
+  `fedjax_dp.privacy.sensitivity.clipped_gd_sensitivity` (``2 eta G / |D_k|`` for one
+  local step), and eq. (8) calibrates the noise with this Delta: provable, and the
+  paper's formula otherwise unchanged.
+
+The paper's own epsilon (`schedules.paper_epsilon`) is reported beside both.
 """
 
 from __future__ import annotations
@@ -42,13 +57,14 @@ import optax
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
-from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
 from fedjax_dp.federated.sampling import FixedSizeSampler
-from fedjax_dp.privacy import schedules
+from fedjax_dp.privacy import schedules, sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_positive)
 
 MECHANISMS = ("gaussian", "laplace", "none")
+SENSITIVITY_MODES = ("paper", "clipped_gradients")
 
 
 def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3,
@@ -56,6 +72,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
                       local_steps: int = 5, learning_rate: float = 0.1,
                       clip_norm: float = 5.0, mechanism: str = "gaussian",
                       laplace_mode: str = "pure_dp_split", batch_size: Optional[int] = None,
+                      sensitivity_mode: str = "paper",
+                      grad_clip_norm: Optional[float] = None,
                       chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
   """Algorithm 1 of the paper, instantiated for one dataset and model.
 
@@ -74,19 +92,27 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     mechanism: ``"gaussian"`` (the paper's), ``"laplace"`` (its "Lap" baseline,
       constant variance, calibrated by ``laplace_mode``; `schedules.laplace_scale`) or
       ``"none"`` (no noise, clipping kept: the paper's "no DP").
-    batch_size: local minibatch size; None = full batch (the paper's GD, for which
-      Delta_s holds; a smaller batch makes Delta_s a heuristic, note section 9 item 2).
+    batch_size: local minibatch size; None = full batch (the paper's GD; note section
+      9 item 2).
+    sensitivity_mode: ``"paper"`` (eq. 8 with the paper's Delta_s; the guarantee uses
+      2C) or ``"clipped_gradients"`` (per-example gradients clipped to
+      ``grad_clip_norm``; eq. 8 and the guarantee use the provable Delta). See the
+      module docstring.
+    grad_clip_norm: G > 0, required with ``"clipped_gradients"``.
     chunk_size, mesh: see `fedjax_dp.federated.round.make_round`.
 
   Returns:
     An `Algorithm` whose ``hparams`` hold round 1's values and whose ``config``
-    holds ``sensitivity``, ``stddevs`` (the planned [M] schedule of sigma_m) and the
-    paper's parameters. Build per-round hyper-parameters with `schedule_hparams`.
+    holds ``sensitivity`` (the Delta the guarantee uses), ``sensitivity_paper``
+    (Delta_s), ``calibration_sensitivity`` (the Delta of eq. 8), ``stddevs`` (the
+    planned [M] schedule of sigma_m) and the paper's parameters. Build per-round
+    hyper-parameters with `hparams_for`.
 
   Raises:
     FedJaxDpError: invalid arguments (named), before anything is compiled.
   """
   check_choice("mechanism", mechanism, MECHANISMS)
+  check_choice("sensitivity_mode", sensitivity_mode, SENSITIVITY_MODES)
   eps = check_epsilon(epsilon)
   delta = check_delta(delta)
   vartheta = check_positive("vartheta", vartheta)
@@ -101,7 +127,25 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     raise FedJaxDpError("every client needs at least one example (Delta_s = 2C/|D_k|).")
   sampler = FixedSizeSampler.create(u, k)
   q = k / u
-  delta_s = schedules.sensitivity(c, int(counts.min()))              # Sec. III-C
+  full_batch = int(data.max_examples)
+  b_size = full_batch if batch_size is None else check_int("batch_size", batch_size,
+                                                            minimum=1)
+  delta_paper = schedules.sensitivity(c, int(counts.min()))          # Sec. III-C
+  if sensitivity_mode == "clipped_gradients":
+    if grad_clip_norm is None:
+      raise FedJaxDpError("sensitivity_mode='clipped_gradients' needs grad_clip_norm, "
+                          "the per-example gradient clip norm G.")
+    g = check_positive("grad_clip_norm", grad_clip_norm)
+    delta_guarantee = sensitivity.clipped_gd_sensitivity(
+        eta, g, tau, min(b_size, int(counts.min())), ball_radius=c)
+    delta_s = delta_guarantee                                       # eq. (8) with it
+  else:
+    if grad_clip_norm is not None:
+      raise FedJaxDpError("grad_clip_norm is used with sensitivity_mode="
+                          "'clipped_gradients' only.")
+    g = None
+    delta_guarantee = sensitivity.ball_sensitivity(c)               # ||w|| <= C
+    delta_s = delta_paper
   if mechanism == "gaussian":
     stddevs = schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
   elif mechanism == "laplace":                                      # "Lap", constant
@@ -110,9 +154,6 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     stddevs = schedules.constant_schedule(math.sqrt(2.0) * b, rounds)
   else:
     stddevs = np.zeros(rounds)
-  full_batch = int(data.max_examples)
-  b_size = full_batch if batch_size is None else check_int("batch_size", batch_size,
-                                                            minimum=1)
   client = make_client_update(model, optax.sgd(1.0), batch_size=b_size,
                               max_examples=full_batch, local_steps=tau)
   config = RoundConfig(
@@ -126,16 +167,25 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
       epsilon=eps, delta=delta, vartheta=vartheta, rounds=rounds, num_clients=u,
       clients_per_round=k, sampling_rate=q, local_steps=tau, learning_rate=eta,
       clip_norm=c, mechanism=mechanism, laplace_mode=laplace_mode, batch_size=b_size,
-      sensitivity=delta_s, min_local_dataset_size=int(counts.min()),
+      sensitivity_mode=sensitivity_mode, grad_clip_norm=g,
+      sensitivity=delta_guarantee, sensitivity_paper=delta_paper,
+      calibration_sensitivity=delta_s, min_local_dataset_size=int(counts.min()),
       stddevs=[float(s) for s in stddevs])
   privacy = None
   if mechanism == "gaussian":
+    relation = round_relation(sampler, config)
     privacy = PrivacySpec(
-        "record-level", "replace one example of one client's local dataset",
-        sampler.kind, sampler.dp_event_kwargs(),
-        note=("paper 004: noise N(0, Theta(m) I) on each sampled client's clipped model; "
-              "z_m = sigma_m / Delta_s with Delta_s = 2C/min|D_k|"))
-  hp = schedule_hparams(stddevs[:1], delta_s, q, eta, c)
+        "record-level", relation, sampler.kind, sampling_rate=q,
+        population_size=u, cohort_size=k,
+        note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
+              f"guarantee uses the sensitivity the code enforces, Delta = "
+              f"{delta_guarantee:.4g} ("
+              + ("2C, the parameter ball" if sensitivity_mode == "paper" else
+                 "clipped per-example gradients") + "); "
+              + (f"epsilon_conditional assumes the paper's Delta_s = 2C/min|D_k| = "
+                 f"{delta_paper:.4g}, which the unclipped local GD does not guarantee"
+                 if sensitivity_mode == "paper" else "eq. (8) calibrated with it")))
+  hp = hparams_for(alg_config, stddevs[:1])
   return Algorithm(
       name="amplitude_varying", round_fn=round_fn,
       init=lambda key: sharding.replicate(
@@ -145,29 +195,41 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
 
 
 def schedule_hparams(stddevs: Sequence[float], sensitivity: float, sampling_rate: float,
-                     learning_rate: float, clip_norm: float) -> RoundHParams:
+                     learning_rate: float, clip_norm: float,
+                     grad_clip_norm: Optional[float] = None) -> RoundHParams:
   """Per-round `RoundHParams` ``[M]`` for a schedule of standard deviations sigma_m.
 
-  The round adds local noise of std ``z * clip_norm``; here ``clip_norm`` (the round's
-  noise scale) is Delta_s and ``z_m = sigma_m / Delta_s``, the noise multiplier the
-  ledger composes. The client's parameter clipping C and learning rate eta ride in
-  `ClientHParams`.
+  The round adds local noise of std sigma_m (``noise_stddev``) to each sampled client's
+  model and reports ``z_m = sigma_m / sensitivity`` (the Delta the guarantee uses),
+  the noise multiplier the ledger composes. The client's parameter clipping C, its
+  per-example gradient clipping G (``clipped_gradients`` mode) and learning rate eta
+  ride in `ClientHParams`.
   """
   s = np.asarray(stddevs, np.float32)
   m = s.shape[0]
   full = lambda v: np.full(m, v, np.float32)
   return RoundHParams(
-      clip_norm=full(sensitivity), noise_multiplier=s / np.float32(sensitivity),
+      clip_norm=full(np.inf), noise_multiplier=full(0.0),
       sampling_rate=full(sampling_rate),
-      client=ClientHParams(learning_rate=full(learning_rate), param_clip_norm=full(clip_norm)),
-      server_learning_rate=full(1.0))
+      client=ClientHParams(learning_rate=full(learning_rate), param_clip_norm=full(clip_norm),
+                           grad_clip_norm=None if grad_clip_norm is None else
+                           full(grad_clip_norm)),
+      server_learning_rate=full(1.0), noise_stddev=s, sensitivity=full(sensitivity))
 
 
 def hparams_for(config: Dict[str, Any], stddevs: Sequence[float]) -> RoundHParams:
-  """`schedule_hparams` for an algorithm's ``config`` (its Delta_s, q, eta and C) and the
-  per-round standard deviations ``stddevs`` ``[M]``."""
+  """`schedule_hparams` for an algorithm's ``config`` (its Delta, q, eta, C and G) and
+  the per-round standard deviations ``stddevs`` ``[M]``."""
   return schedule_hparams(stddevs, config["sensitivity"], config["sampling_rate"],
-                          config["learning_rate"], config["clip_norm"])
+                          config["learning_rate"], config["clip_norm"],
+                          config.get("grad_clip_norm"))
+
+
+def conditional_noise_multipliers(config: Dict[str, Any], stddevs: Sequence[float]
+                                  ) -> np.ndarray:
+  """``sigma_m / Delta_s``: the noise multipliers *if* the paper's sensitivity
+  Delta_s = 2C / min|D_k| held (for ``epsilon_conditional``), float64 ``[M]``."""
+  return np.asarray(stddevs, np.float64) / config["sensitivity_paper"]
 
 
 @dataclasses.dataclass
@@ -229,7 +291,7 @@ class NoiseController:
         return None                                         # no round is left
       self.planned = new_planned
       self.sigma = schedules.refined_amplitude(              # eq. (9)
-          cfg["epsilon"], cfg["delta"], cfg["sampling_rate"], cfg["sensitivity"],
+          cfg["epsilon"], cfg["delta"], cfg["sampling_rate"], cfg["calibration_sensitivity"],
           cfg["vartheta"], m - 1, self.planned, self.refinement.mode, self.used)
       self.pending = False
     return math.sqrt(cfg["vartheta"] ** (m - 1)) * self.sigma  # Theta(m), eq. (6)
@@ -256,7 +318,7 @@ class NoiseController:
     if self.config["mechanism"] != "gaussian" or not self.used:
       return None
     c = self.config
-    return schedules.paper_epsilon(self.used, c["sampling_rate"], c["sensitivity"],
+    return schedules.paper_epsilon(self.used, c["sampling_rate"], c["calibration_sensitivity"],
                                    c["delta"])
 
 
@@ -278,7 +340,8 @@ def train(alg: Algorithm, population, root_key: jax.Array, *,
   Returns:
     ``(state, records)``; each record has the round's metrics, ``test_loss``,
     ``test_accuracy``, ``noise_stddev`` (sigma_m), ``noise_multiplier`` (z_m =
-    sigma_m / Delta_s), ``planned_rounds`` (M_cur) and the paper's running epsilon
+    sigma_m / Delta, the guarantee's), ``noise_multiplier_conditional`` (sigma_m /
+    Delta_s), ``planned_rounds`` (M_cur) and the paper's running epsilon
     ``epsilon_paper``.
   """
   cfg = alg.config
@@ -293,7 +356,9 @@ def train(alg: Algorithm, population, root_key: jax.Array, *,
     control.observe(std, ev["loss"])
     rec = {k: (v.item() if hasattr(v, "item") else v) for k, v in metrics._asdict().items()}
     rec.update(test_loss=ev["loss"], test_accuracy=ev["accuracy"], noise_stddev=std,
-               noise_multiplier=std / cfg["sensitivity"], planned_rounds=control.planned,
+               noise_multiplier=std / cfg["sensitivity"],
+               noise_multiplier_conditional=std / cfg["sensitivity_paper"],
+               planned_rounds=control.planned,
                epsilon_paper=control.epsilon_paper())
     records.append(rec)
     if on_round is not None:

@@ -11,14 +11,25 @@ Language Models", ICLR 2018, Algorithm 1), per round t:
 
 with w_k = 1 (uniform) or min(n_k / cap, 1), and W = sum_k w_k over the population.
 DP-FedSGD is the same round with one full-batch local gradient step per client.
-Privacy: each round is PoissonSampledDpEvent(q, GaussianDpEvent(z)), add/remove one
-user; composed over rounds by the ledger.
+Privacy (the round states it, `fedjax_dp.federated.round.round_relation`):
+
+* Poisson cohorts: add/remove one user, sensitivity S, each round
+  PoissonSampledDpEvent(q, GaussianDpEvent(z));
+* fixed-size cohorts of m < N: replace-one, sensitivity 2S, each round
+  SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(z / 2)); m = N: GaussianDpEvent(z / 2);
+* ``noise_placement="local"`` (each client adds N(0, (z_k S)^2) to its clipped update,
+  z_k may differ by client): zero-out of one user under Poisson sampling, where each
+  round is a plain GaussianDpEvent(z_k) (participation is visible, no amplification),
+  replace-one for fixed-size cohorts; every client accounted with its own z_k in every
+  round.
 
 Record level (Abadi et al., CCS 2016, run inside each client): each sampled client
 runs local DP-SGD (Poisson-sampled examples at rate q_r, per-example clipping to C_r,
-noise N(0, (z_r C_r)^2)); the server averages the uploads (post-processing). Each
-round composes ``local_steps`` PoissonSampledDpEvent(q_r, GaussianDpEvent(z_r)) per
-example; amplification by client sampling is conservatively NOT claimed.
+noise N(0, (z_r C_r)^2), divided by the public expected batch size b); the server
+averages the uploads with uniform weights over the cohort (post-processing: neither
+depends on any client's records). Each round composes ``local_steps``
+PoissonSampledDpEvent(q_r, GaussianDpEvent(z_r)) per example, add/remove one record;
+amplification by client sampling is conservatively NOT claimed.
 """
 
 from __future__ import annotations
@@ -31,8 +42,10 @@ import optax
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
 from fedjax_dp.federated import aggregation, server, sharding
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
-from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified, make_round,
+                                       round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
+from fedjax_dp.privacy import accounting, sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 
@@ -85,6 +98,29 @@ def _sampler(data, sampler: str, sampling_rate, clients_per_round, k_max):
   return FixedSizeSampler.create(n, m)
 
 
+def _cohort_truncation(samp) -> Optional[accounting.Truncation]:
+  """A Poisson cohort padded to ``k_max`` can overflow (user-level delta term)."""
+  if samp.kind != "poisson":
+    return None
+  return accounting.Truncation(samp.population_size, samp.k_max, 1)
+
+
+def _check_noise_multipliers(noise_multiplier, noise_placement: str, num_clients: int):
+  """A scalar z >= 0, or (local noise only) a ``[num_clients]`` vector of them."""
+  check_choice("noise_placement", noise_placement, ("central", "local"))
+  z = np.asarray(noise_multiplier, np.float64)
+  if z.ndim == 0:
+    return check_non_negative("noise_multiplier", float(z))
+  if noise_placement != "local":
+    raise FedJaxDpError("a per-client noise_multiplier (one per client) needs "
+                        "noise_placement='local': central noise is one draw per round.")
+  if z.shape != (num_clients,) or not np.all(np.isfinite(z)) or np.any(z < 0):
+    raise FedJaxDpError(f"noise_multiplier must be a scalar or a [num_clients={num_clients}] "
+                        f"vector of finite values >= 0, got shape {z.shape} "
+                        f"(min {np.nanmin(z) if z.size else None!r}).")
+  return z.astype(np.float32)
+
+
 def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 1.0,
               sampling_rate: Optional[float] = None,
               clients_per_round: Optional[int] = None, sampler: str = "poisson",
@@ -93,8 +129,9 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
               client_learning_rate: float = 0.1, server_optimizer: str = "fedavg",
               server_learning_rate: float = 1.0, weighting: str = "uniform",
               data_size_cap: Optional[float] = None, k_max: Optional[int] = None,
-              fedsgd: bool = False, chunk_size: Optional[int] = None,
-              mesh=None) -> Algorithm:
+              fedsgd: bool = False, noise_placement: str = "central",
+              population_weight: Optional[float] = None, client_update=None,
+              chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -103,7 +140,10 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       `fedjax_dp.federated.PooledPopulation` (its shape fixes the static cohort layout;
       only ``num_clients``, ``max_examples`` and ``counts`` are read here).
     clip_norm: S > 0, L2 bound on each client's update (same units as the parameters).
-    noise_multiplier: z >= 0; central noise std ``z * S`` on the weighted sum.
+    noise_multiplier: z >= 0; central noise std ``z * S`` on the weighted sum. With
+      ``noise_placement="local"`` each client adds std ``z * S`` to its own clipped
+      update, and z may be a float ``[num_clients]`` vector (one per client, by
+      population id; each client is then accounted with its own).
     sampling_rate / clients_per_round: q, or the expected cohort size ``q N``.
     sampler: ``"poisson"`` (the paper's) or ``"fixed_size"`` (without replacement).
     local_epochs / local_steps: local work (ignored for DP-FedSGD); giving
@@ -115,6 +155,19 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       ``data_size_cap`` required).
     k_max: override the padded cohort size (default: overflow probability < 1e-9).
     fedsgd: DP-FedSGD: one full-batch gradient step per client.
+    noise_placement: ``"central"`` (the paper's: one draw on the weighted sum) or
+      ``"local"`` (every sampled client noises its own clipped update; accounted under
+      zero-out for Poisson cohorts, `fedjax_dp.federated.round.round_relation`).
+    population_weight: W of the fixed denominator ``q W``, a public constant; default
+      ``sum_k w_k`` over this population (N for uniform weights). Like ``k_max`` it is a
+      hyper-parameter computed from the population size, which is treated as public
+      (as Opacus treats N): the guarantee is for the mechanism with these constants
+      fixed, and a neighbouring population (one user more or fewer) runs with the same
+      ones. Pass it to hold it fixed across populations (the canary audit does).
+    client_update: replaces local training: any
+      ``client_update(params, x, y, count, key, hparams) -> (update, ClientMetrics)``
+      (`fedjax_dp.federated.client.make_client_update`'s signature), e.g. a client whose
+      update is crafted (the canary audits); None: local SGD as configured.
     chunk_size: clients trained at once per device (None: automatic; see
       `fedjax_dp.federated.round.RoundConfig`).
     mesh: a `jax.sharding.Mesh` with a ``"clients"`` axis to shard the cohort over
@@ -127,7 +180,9 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
     FedJaxDpError: on invalid arguments (before anything is compiled).
   """
   clip_norm = check_positive("clip_norm", clip_norm)
-  noise_multiplier = check_non_negative("noise_multiplier", noise_multiplier)
+  noise_multiplier = _check_noise_multipliers(noise_multiplier, noise_placement,
+                                              data.num_clients)
+  per_client = np.ndim(noise_multiplier) == 1
   check_choice("weighting", weighting, ("uniform", "data_size"))
   if weighting == "data_size" and data_size_cap is None:
     raise FedJaxDpError(
@@ -137,21 +192,34 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
   local_epochs, local_steps = _local_work(local_epochs, local_steps)
   if fedsgd:
     local_epochs, local_steps, batch_size = None, 1, data.max_examples
-  client = make_client_update(
+  client = client_update or make_client_update(
       model, _client_optimizer(client_optimizer, client_learning_rate),
       batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
       local_steps=local_steps)
   config = RoundConfig(
-      clip_updates=True, noise="central", weighting=weighting, denominator="expected",
+      clip_updates=True, noise=noise_placement, weighting=weighting, denominator="expected",
       data_size_cap=data_size_cap,
-      population_weight=aggregation.population_weight_total(data.counts, weighting,
-                                                            data_size_cap),
+      population_weight=(aggregation.population_weight_total(data.counts, weighting,
+                                                             data_size_cap)
+                         if population_weight is None else
+                         check_positive("population_weight", population_weight)),
       chunk_size=chunk_size)
   server_opt = _server_optimizer(server_optimizer, server_learning_rate)
   round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
-  neighbour = ("add/remove one client's entire data" if samp.kind == "poisson"
-               else "replace one client's entire data")
+  relation = round_relation(samp, config)
+  privacy = PrivacySpec(
+      "user-level", relation, samp.kind,
+      sampling_rate=samp.sampling_rate if amplified(samp, config) else 1.0,
+      population_size=samp.population_size if samp.kind == "fixed_size" else None,
+      cohort_size=samp.k_max if samp.kind == "fixed_size" else None,
+      truncation=_cohort_truncation(samp),
+      event_scale=clip_norm / sensitivity.sum_sensitivity(clip_norm, relation),
+      per_client=per_client, num_clients=data.num_clients if per_client else None,
+      note=("every client adds its own noise (local placement): accounted per client, "
+            "under zero-out for Poisson cohorts, where a client's participation is "
+            "visible (its noise comes with its update), so amplification by sampling is "
+            "not claimed" if noise_placement == "local" else ""))
   return Algorithm(
       name=name, round_fn=round_fn,
       init=lambda key: sharding.replicate(
@@ -159,9 +227,10 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate),
-      privacy=PrivacySpec("user-level", neighbour, samp.kind, samp.dp_event_kwargs()),
-      k_max=samp.k_max,
-      config=dict(clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+      privacy=privacy, k_max=samp.k_max,
+      config=dict(clip_norm=clip_norm, noise_multiplier=(
+                      noise_multiplier.tolist() if per_client else noise_multiplier),
+                  noise_placement=noise_placement,
                   sampling_rate=samp.sampling_rate, sampler=samp.kind, k_max=samp.k_max,
                   expected_cohort_size=samp.expected_cohort_size,
                   local_epochs=local_epochs, local_steps=local_steps,
@@ -188,7 +257,7 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
                            client_learning_rate: float = 0.1,
                            server_optimizer: str = "fedavg",
                            server_learning_rate: float = 1.0,
-                           weighting: str = "data_size",
+                           weighting: str = "uniform",
                            k_max: Optional[int] = None, chunk_size: Optional[int] = None,
                            mesh=None) -> Algorithm:
   """Record-level DP: local DP-SGD in every client, uploads averaged (see module doc).
@@ -197,15 +266,24 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
     record_clip_norm: C_r > 0, per-example gradient clip norm.
     record_noise_multiplier: z_r >= 0; noise std ``z_r * C_r`` on each step's sum.
     record_sampling_rate: q_r in (0, 1], Poisson rate of examples per local step;
-      default ``min(1, batch_size / mean client size)``.
+      default ``min(1, batch_size / mean client size)`` (a hyper-parameter choice that
+      treats the population's mean client size as public, as Opacus treats N).
+    batch_size: b, the expected batch size: every noisy gradient sum is divided by this
+      public constant (not by the client's own ``q_r n_k``).
     local_epochs / local_steps: ``local_steps`` DP-SGD steps, or ``E * ceil(1 / q_r)``.
-    weighting: server averaging of uploads (``data_size``: raw n_k; ``uniform``);
-      post-processing, so it does not affect the record-level guarantee.
+    weighting: server averaging of uploads; only ``"uniform"`` over the cohort (whose
+      membership does not depend on any record): weights by data size n_k would depend
+      on the client's records and are refused.
     Other arguments as in `dp_fedavg`.
 
   Returns:
     An `Algorithm` whose rounds report ``dp_steps = local DP-SGD steps``.
   """
+  if weighting != "uniform":
+    raise FedJaxDpError(
+        f"weighting must be 'uniform' for record-level DP, got {weighting!r}: weights by "
+        "data size depend on the client's records (add/remove one record changes n_k), "
+        "so averaging by them is not post-processing of the DP uploads.")
   record_clip_norm = check_positive("record_clip_norm", record_clip_norm)
   record_noise_multiplier = check_non_negative("record_noise_multiplier",
                                                record_noise_multiplier)
@@ -220,7 +298,7 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
   client = make_client_update(
       model, _client_optimizer(client_optimizer, client_learning_rate),
       batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg)
-  config = RoundConfig(clip_updates=False, noise="none", weighting=weighting,
+  config = RoundConfig(clip_updates=False, noise="none", weighting="uniform",
                        denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps,
                        chunk_size=chunk_size)
   server_opt = _server_optimizer(server_optimizer, server_learning_rate)
@@ -231,17 +309,23 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
           server.init_server_state(model.init(key), server_opt), mesh),
       hparams=RoundHParams(np.inf, 0.0, samp.sampling_rate,
                            ClientHParams(record_clip_norm, record_noise_multiplier, q_r,
-                                         client_learning_rate),
+                                         client_learning_rate,
+                                         record_denominator=float(batch_size)),
                            server_learning_rate),
       privacy=PrivacySpec(
-          "record-level", "add/remove one example of one client", "poisson", {},
+          "record-level", "add_remove", "poisson", sampling_rate=q_r,
+          steps=dp_cfg.num_steps,
+          truncation=dp_cfg.truncation(data.max_examples, samp.k_max),
           note=("each round composes the local DP-SGD steps of Poisson-sampled examples; "
-                "amplification by client sampling is not claimed (conservative).")),
+                "amplification by client sampling is not claimed (conservative). Steps "
+                "are divided by the public expected batch size and uploads averaged "
+                "uniformly, so no client's data size enters the release.")),
       k_max=samp.k_max,
       config=dict(record_clip_norm=record_clip_norm,
                   record_noise_multiplier=record_noise_multiplier,
                   record_sampling_rate=q_r, local_dp_steps=dp_cfg.num_steps,
-                  max_batch_size=dp_cfg.max_batch_size, sampling_rate=samp.sampling_rate,
+                  max_batch_size=dp_cfg.max_batch_size, record_denominator=float(batch_size),
+                  sampling_rate=samp.sampling_rate,
                   sampler=samp.kind, k_max=samp.k_max, batch_size=batch_size,
                   client_optimizer=client_optimizer,
                   client_learning_rate=client_learning_rate,

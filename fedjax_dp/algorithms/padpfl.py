@@ -14,18 +14,30 @@ and no noise (note A12).
 
 Mapping onto the engine (`fedjax_dp.federated.round`): the client's final weights are
 clipped by ``ClientHParams.final_param_clip_norm = B``; the round adds local noise of
-SD ``z * Delta`` with ``Delta = 2B / m_min`` (the upload's sensitivity, eq. 7) and
-``z = sigma_C / Delta = R c / epsilon``; the weighted sum uses
+SD sigma_C (``RoundHParams.noise_stddev``) to every upload and reports
+``z = sigma_C / Delta`` with Delta the sensitivity the guarantee uses (below); the
+weighted sum uses
 ``RoundHParams.client_weights = p^(t)`` with the fixed denominator 1 (``sum p = 1``,
 eq. 2), so ``x = sum_i p_i x~_i`` (eq. 11); ``RoundHParams.server_noise_stddev`` adds
 sigma_S. ``p`` and every sigma are per-round arrays: changing them never recompiles.
 
 Privacy: the paper's (epsilon, delta) is the classical Gaussian mechanism scaled
 linearly by R (uplink) and T (downlink) (`fedjax_dp.privacy.nbafl.nominal_privacy`).
-The accountant's epsilon of the noise actually added (RDP over R uploads, over all T
-uploads, and over the T broadcasts) comes from `fedjax_dp.privacy.nbafl.
-accountant_epsilon`; the run's ledger composes the per-round uplink events (z, q = 1),
-i.e. the "every upload seen" reading, record-level, replace-one.
+Its calibration uses the upload sensitivity 2B / m_min (eq. 7, after NbAFL), which
+assumes that local training moves a client's model by at most that much when one
+example is replaced; the client's gradients are not clipped, so the code does not
+enforce it. Hence (``sensitivity_mode``):
+
+* ``"paper"`` (default): the noise follows eqs. (8) and (13) as written; the guarantee
+  the run reports (its ledger: every one of the T uploads, record-level, replace-one,
+  every client in every round, so plain Gaussian events) uses Delta = 2B, the diameter
+  of the ball the final weights are clipped to, which holds whatever the training did;
+  the accountant's epsilons with the paper's 2B / m_min are reported as *conditional*
+  (`nominal_and_accountant_epsilons`, ``*_conditional``).
+* ``"clipped_gradients"``: local training clips each per-example gradient to
+  ``grad_clip_norm`` G, Delta = `fedjax_dp.privacy.sensitivity.clipped_gd_sensitivity`
+  (FedProx's contraction included, at most 2B), and eqs. (8) and (13) calibrate the
+  noise with this Delta in place of 2B / m_min: provable.
 """
 
 from __future__ import annotations
@@ -42,17 +54,18 @@ from fedjax_dp.federated import impact_factors as impact
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.driver import run_rounds
-from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
+from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
 from fedjax_dp.federated.sampling import FixedSizeSampler
-from fedjax_dp.privacy import nbafl
-from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, check_int,
-                                  check_non_negative, check_positive)
+from fedjax_dp.privacy import nbafl, sensitivity
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
+                                  check_int, check_non_negative, check_positive)
 
 
 def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: float = 0.01,
            rounds: int = 30, exposures: int = 1, clip_bound: float = 20.0,
            learning_rate: float = 0.02, local_steps: int = 10,
            batch_size: Optional[int] = None, prox_mu: float = 0.01, private: bool = True,
+           sensitivity_mode: str = "paper", grad_clip_norm: Optional[float] = None,
            chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
   """PADPFL (note section 3.7) instantiated for one dataset and model.
 
@@ -76,13 +89,17 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
       derivation's "batch size equal to the local dataset size").
     prox_mu: FedProx mu >= 0 (eqs. 4, 30; unstated, note A2: 0.01; 0 = FedAvg).
     private: False = the non-private mode (no clipping, no noise; note A12).
+    sensitivity_mode: ``"paper"`` or ``"clipped_gradients"`` (module docstring).
+    grad_clip_norm: G > 0, the per-example gradient clip norm; required with
+      ``"clipped_gradients"``.
     chunk_size, mesh: see `fedjax_dp.federated.round.make_round`.
 
   Returns:
     An `Algorithm`; ``config`` holds the p schedule (``impact_factors`` ``[T][N]``),
     the per-round ``sigma_c``, ``sigma_ac``, ``sigma_a``, ``sigma_s`` (lists ``[T]``,
-    zeros when not private) and ``sensitivity`` (2B/m_min). Build the per-round
-    hyper-parameters with `schedule_hparams`.
+    zeros when not private), ``sensitivity`` (the Delta of the guarantee),
+    ``sensitivity_paper`` (2B/m_min) and ``calibration_sensitivity`` (the Delta of
+    eqs. 8 and 13). Build the per-round hyper-parameters with `schedule_hparams`.
 
   Raises:
     FedJaxDpError: invalid arguments (named), before anything is compiled.
@@ -95,6 +112,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   eta = check_positive("learning_rate", learning_rate)
   tau = check_int("local_steps", local_steps, minimum=1)
   mu = check_non_negative("prox_mu", prox_mu)
+  check_choice("sensitivity_mode", sensitivity_mode, ("paper", "clipped_gradients"))
   if not isinstance(private, bool):
     raise FedJaxDpError(f"private must be True or False, got {private!r}.")
   n = int(data.num_clients)
@@ -110,15 +128,32 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
     raise FedJaxDpError(f"impact_factors must be [num_clients={n}] or [rounds={t}, "
                         f"num_clients={n}], got shape {p.shape}.")
 
-  # Lines 1-3 and 7-9: c, m_min, sigma_C (eq. 8); sigma_A and sigma_S (eq. 13) per round.
-  levels = nbafl.noise_levels_per_round(p, b, r, m_min, eps, delta)
-  if not private:
-    levels = nbafl.NoiseLevels(*(np.zeros(t) for _ in range(4)))
-  sensitivity = 2.0 * b / m_min                                      # eq. (7)
-
   sampler = FixedSizeSampler.create(n, n)                            # every client
   full = int(data.max_examples)
   bsize = full if batch_size is None else check_int("batch_size", batch_size, minimum=1)
+  delta_paper = 2.0 * b / m_min                                      # eq. (7)
+  if sensitivity_mode == "clipped_gradients":
+    if grad_clip_norm is None:
+      raise FedJaxDpError("sensitivity_mode='clipped_gradients' needs grad_clip_norm, "
+                          "the per-example gradient clip norm G.")
+    g = check_positive("grad_clip_norm", grad_clip_norm)
+    delta_guarantee = sensitivity.clipped_gd_sensitivity(
+        eta, g, tau, min(bsize, m_min), prox_mu=mu, ball_radius=b)
+    delta_calibration = delta_guarantee
+  else:
+    if grad_clip_norm is not None:
+      raise FedJaxDpError("grad_clip_norm is used with sensitivity_mode="
+                          "'clipped_gradients' only.")
+    g = None
+    delta_guarantee = sensitivity.ball_sensitivity(b)                # ||x_i|| <= B
+    delta_calibration = delta_paper
+  # Lines 1-3 and 7-9: c, m_min, sigma_C (eq. 8); sigma_A and sigma_S (eq. 13) per round,
+  # all proportional to the upload sensitivity: scaled when it is not 2B / m_min.
+  levels = nbafl.noise_levels_per_round(p, b, r, m_min, eps, delta)
+  levels = nbafl.NoiseLevels(*(np.asarray(v) * (delta_calibration / delta_paper)
+                               for v in levels))
+  if not private:
+    levels = nbafl.NoiseLevels(*(np.zeros(t) for _ in range(4)))
   client = make_client_update(model, optax.sgd(1.0), batch_size=bsize, max_examples=full,
                               local_steps=tau)                        # lines 12-14
   config = RoundConfig(
@@ -131,7 +166,9 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   alg_config = dict(
       epsilon=eps, delta=delta, rounds=t, exposures=r, clip_bound=b, learning_rate=eta,
       local_steps=tau, batch_size=bsize, prox_mu=mu, private=private, num_clients=n,
-      sampling_rate=1.0, min_local_dataset_size=m_min, sensitivity=sensitivity,
+      sampling_rate=1.0, min_local_dataset_size=m_min, sensitivity=delta_guarantee,
+      sensitivity_paper=delta_paper, calibration_sensitivity=delta_calibration,
+      sensitivity_mode=sensitivity_mode, grad_clip_norm=g,
       gaussian_constant=nbafl.gaussian_constant(delta),
       impact_factors=p.tolist(),
       sigma_c=[float(v) for v in levels.sigma_c], sigma_ac=[float(v) for v in levels.sigma_ac],
@@ -139,13 +176,18 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   privacy = None
   if private:
     privacy = PrivacySpec(
-        "record-level", "replace one example of one client's local dataset",
-        sampler.kind, sampler.dp_event_kwargs(),
+        "record-level", round_relation(sampler, config), sampler.kind, sampling_rate=1.0,
+        population_size=n, cohort_size=n,
         note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
               "every upload, server noise sigma_S (eq. 13); the ledger composes every "
-              "round's upload (z = sigma_C / (2B/m_min)), i.e. all T uploads seen; the "
-              "paper's own epsilon assumes R uploads seen and is the classical Gaussian "
-              "mechanism scaled linearly"))
+              f"round's upload (all T uploads seen) with z = sigma_C / Delta, Delta = "
+              f"{delta_guarantee:.4g} ("
+              + ("2B, the weight ball: provable; epsilon_*_conditional assume the "
+                 f"paper's 2B/m_min = {delta_paper:.4g}, which unclipped local training "
+                 "does not guarantee" if sensitivity_mode == "paper" else
+                 "clipped per-example gradients: provable")
+              + "); the paper's own epsilon assumes R uploads seen and is the classical "
+              "Gaussian mechanism scaled linearly"))
   hp0 = jax.tree_util.tree_map(lambda a: np.asarray(a)[0] if np.ndim(a) else a,
                                schedule_hparams(alg_config))
   return Algorithm(
@@ -159,27 +201,30 @@ def schedule_hparams(config: Dict[str, Any], start: int = 0,
                      stop: Optional[int] = None) -> RoundHParams:
   """Per-round `RoundHParams` for rounds ``start .. stop - 1`` (0-based) of a PADPFL run.
 
-  ``clip_norm`` is the round's noise scale Delta = 2B/m_min and ``noise_multiplier`` is
-  ``sigma_C / Delta`` (what the ledger composes); ``client_weights`` is p^(t)
-  ``[T, N]`` and ``server_noise_stddev`` sigma_S ``[T]``; B, mu and eta ride in
-  `ClientHParams` (B and mu are left out, i.e. not compiled, when not private / mu = 0).
+  ``noise_stddev`` is sigma_C and ``sensitivity`` the Delta of the guarantee (the round
+  reports ``sigma_C / Delta``, what the ledger composes); ``client_weights`` is p^(t)
+  ``[T, N]`` and ``server_noise_stddev`` sigma_S ``[T]``; B, mu, eta and G ride in
+  `ClientHParams` (B, G and mu are left out, i.e. not compiled, when not private / not
+  clipped / mu = 0).
   """
   stop = config["rounds"] if stop is None else stop
   sl = slice(start, stop)
   m = len(range(config["rounds"])[sl])
   full = lambda v: np.full(m, v, np.float32)
-  delta_up = config["sensitivity"]
   sigma_c = np.asarray(config["sigma_c"], np.float32)[sl]
   private = config["private"]
+  g = config.get("grad_clip_norm")
   client = ClientHParams(
       learning_rate=full(config["learning_rate"]),
       final_param_clip_norm=full(config["clip_bound"]) if private else None,
-      prox_mu=full(config["prox_mu"]) if config["prox_mu"] > 0 else None)
+      prox_mu=full(config["prox_mu"]) if config["prox_mu"] > 0 else None,
+      grad_clip_norm=full(g) if (private and g is not None) else None)
   return RoundHParams(
-      clip_norm=full(delta_up), noise_multiplier=sigma_c / np.float32(delta_up),
+      clip_norm=full(np.inf), noise_multiplier=full(0.0),
       sampling_rate=full(1.0), client=client, server_learning_rate=full(1.0),
       client_weights=np.asarray(config["impact_factors"], np.float32)[sl],
-      server_noise_stddev=np.asarray(config["sigma_s"], np.float32)[sl])
+      server_noise_stddev=np.asarray(config["sigma_s"], np.float32)[sl],
+      noise_stddev=sigma_c, sensitivity=full(config["sensitivity"]))
 
 
 def train(alg: Algorithm, phases: Sequence[Tuple[int, Any]], root_key: jax.Array, *,
@@ -226,38 +271,46 @@ def train(alg: Algorithm, phases: Sequence[Tuple[int, Any]], root_key: jax.Array
 
 
 def downlink_noise_multiplier(config: Dict[str, Any], round_index: int, sigma_c: float,
-                              sigma_s: float) -> float:
+                              sigma_s: float, conditional: bool = False) -> float:
   """z of round ``round_index``'s broadcast (0-based): the SD of the noise in
   ``sum_i p_i x~_i + n_s``, ``sqrt(sigma_C^2 sum p^2 + sigma_S^2)`` (eqs. 12, 14), over
-  its sensitivity ``2 B max p / m_min`` (eq. 10); 0 when not private. ``sigma_c`` and
-  ``sigma_s`` are what the round reported (``noise_stddev``, ``server_noise_stddev``).
+  its sensitivity ``max p * Delta`` (eq. 10 with the upload sensitivity Delta: the
+  guarantee's, or with ``conditional`` the paper's 2B / m_min); 0 when not private.
+  ``sigma_c`` and ``sigma_s`` are what the round reported (``noise_stddev``,
+  ``server_noise_stddev``).
   """
   if not config["private"]:
     return 0.0
   p = np.asarray(config["impact_factors"][round_index], np.float64)
   std = math.sqrt(float(sigma_c) ** 2 * float(np.sum(p ** 2)) + float(sigma_s) ** 2)
-  return std / (2.0 * config["clip_bound"] * float(np.max(p)) /
-                config["min_local_dataset_size"])
+  upload = config["sensitivity_paper"] if conditional else config["sensitivity"]
+  return std / (float(np.max(p)) * upload)
 
 
 def nominal_and_accountant_epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
   """The paper's epsilon beside the accountant's for a PADPFL ``config`` (RDP).
 
   Returns a dict with ``epsilon_paper`` (the calibration target, classical Gaussian
-  mechanism with linear R/T scaling; `nbafl.nominal_privacy`), ``epsilon_rdp_uplink``
-  (R uploads seen), ``epsilon_rdp_uplink_all_uploads`` (all T),
-  ``epsilon_rdp_downlink`` (T broadcasts) and ``z_uplink``; infinities when the run is
-  not private.
+  mechanism with linear R/T scaling; `nbafl.nominal_privacy`) and the accountant's
+  epsilons of the noise added *if* the upload sensitivity is the one eqs. (8) and (13)
+  were calibrated with (the paper's 2B/m_min in ``"paper"`` mode, where they are
+  conditional on its assumption; the provable one in ``"clipped_gradients"`` mode):
+  ``epsilon_rdp_uplink_conditional`` (R uploads seen),
+  ``epsilon_rdp_uplink_all_uploads_conditional`` (all T),
+  ``epsilon_rdp_downlink_conditional`` (T broadcasts) and ``z_uplink_conditional``;
+  infinities when the run is not private.
   """
   if not config["private"]:
     inf = float("inf")
-    return dict(epsilon_paper=inf, epsilon_rdp_uplink=inf,
-                epsilon_rdp_uplink_all_uploads=inf, epsilon_rdp_downlink=inf,
-                z_uplink=0.0)
+    return dict(epsilon_paper=inf, epsilon_rdp_uplink_conditional=inf,
+                epsilon_rdp_uplink_all_uploads_conditional=inf,
+                epsilon_rdp_downlink_conditional=inf, z_uplink_conditional=0.0)
   acc = nbafl.accountant_epsilon(
       np.asarray(config["impact_factors"]), config["clip_bound"], config["rounds"],
       config["exposures"], config["min_local_dataset_size"], config["epsilon"],
       config["delta"])
-  return dict(epsilon_paper=config["epsilon"], epsilon_rdp_uplink=acc["uplink_epsilon"],
-              epsilon_rdp_uplink_all_uploads=acc["uplink_all_uploads_epsilon"],
-              epsilon_rdp_downlink=acc["downlink_epsilon"], z_uplink=acc["z_uplink"])
+  return dict(epsilon_paper=config["epsilon"],
+              epsilon_rdp_uplink_conditional=acc["uplink_epsilon"],
+              epsilon_rdp_uplink_all_uploads_conditional=acc["uplink_all_uploads_epsilon"],
+              epsilon_rdp_downlink_conditional=acc["downlink_epsilon"],
+              z_uplink_conditional=acc["z_uplink"])

@@ -20,8 +20,17 @@ Batching (static shapes):
   Alg. 1) locally: each step Poisson-samples each real example with probability
   ``hparams.record_sampling_rate`` (``q_r``), clips each per-example gradient to
   ``hparams.record_clip_norm`` (C_r), adds ``N(0, (z_r C_r)^2 I)`` to the sum and divides
-  by the expected batch size ``q_r * n``. Sampled batches are padded to the static
-  ``max_batch_size`` (overflow probability < 1e-9, counted in the metrics).
+  by ``hparams.record_denominator``, a *public* constant (the expected batch size b).
+  Dividing by the client's own ``q_r n_k`` would not be post-processing under
+  add/remove of one record (n_k is the client's data). Every step is taken, by empty
+  clients too (their step is pure noise): skipping it would reveal that the client
+  has no record. Sampled batches are padded to the static ``max_batch_size``; the
+  probability that a draw overflows it is added to delta by the ledger
+  (`fedjax_dp.privacy.accounting.Truncation`).
+* Per-example gradient clipping without noise (``hparams.grad_clip_norm``): each step
+  averages the minibatch's per-example gradients, each clipped to G, which bounds how
+  far one example can move the local model
+  (`fedjax_dp.privacy.sensitivity.clipped_gd_sensitivity`).
 """
 
 from __future__ import annotations
@@ -93,6 +102,12 @@ class ClientHParams(NamedTuple):
       model ``w_0`` is added to the local objective (Li et al. 2020, FedProx, eq. 2;
       PADPFL eqs. 4, 30 and 31: the gradient gains ``mu (w - w_0)``). Non-private local
       training only.
+    record_denominator: float32 b > 0 for local DP-SGD: the public constant each noisy
+      gradient sum is divided by (the expected batch size; required with ``dp_sgd``).
+    grad_clip_norm: float32 G, or None (off, nothing compiled): noise-free local
+      training clips every per-example gradient to L2 norm G and averages them over
+      the minibatch (the bound behind
+      `fedjax_dp.privacy.sensitivity.clipped_gd_sensitivity`).
   """
   record_clip_norm: Any = 1.0
   record_noise_multiplier: Any = 0.0
@@ -101,6 +116,8 @@ class ClientHParams(NamedTuple):
   param_clip_norm: Any = None
   final_param_clip_norm: Any = None
   prox_mu: Any = None
+  record_denominator: Any = None
+  grad_clip_norm: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -117,9 +134,11 @@ class DpSgdConfig:
   @classmethod
   def create(cls, max_examples: int, record_sampling_rate: float,
              local_epochs: Optional[int] = None, local_steps: Optional[int] = None,
-             overflow_prob: float = 1e-9) -> "DpSgdConfig":
+             overflow_prob: float = 1e-12) -> "DpSgdConfig":
     """Steps ``= local_steps`` or ``E * ceil(1 / q_r)`` (E expected epochs);
-    ``max_batch_size`` = the (1 - overflow_prob) quantile of Binomial(max_examples, q_r)."""
+    ``max_batch_size`` = the (1 - overflow_prob) quantile of Binomial(max_examples, q_r).
+    The overflow probability (over max_examples + 1, a neighbour's size) is added to
+    delta (`truncation`), so it is kept small."""
     q = check_probability("record_sampling_rate", record_sampling_rate)
     if (local_epochs is None) == (local_steps is None):
       raise FedJaxDpError("give exactly one of local_epochs and local_steps.")
@@ -127,6 +146,13 @@ class DpSgdConfig:
              else check_int("local_epochs", local_epochs, minimum=1) * math.ceil(1.0 / q))
     b = int(stats.binom.isf(overflow_prob, max_examples, q)) + 1
     return cls(num_steps=steps, max_batch_size=max(1, min(max_examples, b)))
+
+  def truncation(self, max_examples: int, client_slots: int):
+    """The `fedjax_dp.privacy.accounting.Truncation` of this config's Poisson batches:
+    drawn from at most ``max_examples + 1`` records (a neighbour may hold one more),
+    capped at ``max_batch_size``, once per step in each of ``client_slots`` clients."""
+    from fedjax_dp.privacy.accounting import Truncation
+    return Truncation(int(max_examples), self.max_batch_size, int(client_slots))
 
 
 def _learning_rate(hparams: ClientHParams) -> jax.Array:
@@ -220,6 +246,10 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         nonfinite_grads=nonfinite.astype(jnp.int32))
     return out, metrics
 
+  def example_loss_and_grad(params, xe, ye):
+    return jax.value_and_grad(lambda p: model.per_example_loss(
+        model.apply(p, xe[None]), ye[None])[0])(params)
+
   def non_private_update(params0, x, y, count, key, hparams):
     lr = _learning_rate(hparams)
     valid = jnp.arange(max_n) < count
@@ -243,11 +273,26 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
             jnp.pad(perms[epoch], (0, steps_per_epoch * b - max_n)), (j * b,), (b,))
         return idx, (pos < count).astype(jnp.float32), j * b < count
 
+    def clipped_mean_grad(params, xb, yb, mask):
+      """Mean over the batch of per-example gradients clipped to G, and the loss sum."""
+      per_ex, g = jax.vmap(example_loss_and_grad, in_axes=(None, 0, 0))(params, xb, yb)
+      g, _, _ = clipping.clip_per_example(g, jnp.asarray(hparams.grad_clip_norm,
+                                                         jnp.float32))
+      denom = jnp.maximum(jnp.sum(mask), 1.0)
+      return (jnp.sum(per_ex * mask),
+              jax.tree_util.tree_map(lambda l: jnp.tensordot(mask, l, axes=(0, 0)) / denom,
+                                     g))
+
     def step(carry, s):
       params, opt_state, loss_sum, seen, taken, nonfinite = carry
       idx, mask, active = batch_at(s)
-      (_, total), grads = jax.value_and_grad(batch_loss, has_aux=True)(
-          params, x[idx], y[idx], mask)
+      if hparams.grad_clip_norm is None:
+        (_, total), grads = jax.value_and_grad(batch_loss, has_aux=True)(
+            params, x[idx], y[idx], mask)
+      else:
+        keep = mask > 0
+        xb = jnp.where(keep.reshape(keep.shape + (1,) * (x.ndim - 1)), x[idx], 0)
+        total, grads = clipped_mean_grad(params, xb, jnp.where(keep, y[idx], 0), mask)
       if hparams.prox_mu is not None:  # FedProx: grad of (mu/2)||w - w_0||^2
         mu = jnp.asarray(hparams.prox_mu, jnp.float32)
         grads = jax.tree_util.tree_map(
@@ -278,12 +323,12 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     q = jnp.asarray(hparams.record_sampling_rate, jnp.float32)
     c = jnp.asarray(hparams.record_clip_norm, jnp.float32)
     z = jnp.asarray(hparams.record_noise_multiplier, jnp.float32)
-    denom = jnp.maximum(q * count.astype(jnp.float32), 1e-12)  # expected batch size
+    if hparams.record_denominator is None:
+      raise FedJaxDpError("ClientHParams.record_denominator is required with local DP-SGD: "
+                          "the public constant (expected batch size) each noisy gradient "
+                          "sum is divided by.")
+    denom = jnp.asarray(hparams.record_denominator, jnp.float32)
     lr = _learning_rate(hparams)
-
-    def example_loss_and_grad(params, xe, ye):
-      return jax.value_and_grad(lambda p: model.per_example_loss(
-          model.apply(p, xe[None]), ye[None])[0])(params)
 
     def step(carry, s):
       params, opt_state, loss_sum, seen, clipped_n, trunc, nonfinite = carry
@@ -299,8 +344,9 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
           lambda l: jnp.tensordot(mask, l, axes=(0, 0)), g)
       g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
-      # A client with no examples takes no step (its expected batch q*n is 0).
-      params_new, opt_state = sgd_step(params, opt_state, grads, count > 0, lr,
+      # Every client steps, an empty one too (pure noise): whether a step happens must
+      # not depend on the client's records.
+      params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True), lr,
                                        hparams.param_clip_norm)
       return (params_new, opt_state, loss_sum + jnp.sum(per_ex * mask),
               seen + jnp.sum(mask), clipped_n + jnp.sum((norms > c) * mask),
@@ -312,7 +358,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     (params, _, loss_sum, seen, clipped_n, trunc, nonfinite), _ = jax.lax.scan(
         step, init, jnp.arange(dp_sgd.num_steps))
     return finish(params0, params, loss_sum, seen, count,
-                  jnp.where(count > 0, dp_sgd.num_steps, 0),
+                  jnp.asarray(dp_sgd.num_steps, jnp.int32),
                   clipped_n / jnp.maximum(seen, 1.0), trunc, nonfinite,
                   hparams.final_param_clip_norm)
 

@@ -158,8 +158,12 @@ def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
 
 
 def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
-  """Stacked device metrics ``[L]`` -> L plain-Python dicts (one host transfer)."""
-  host = jax.device_get(metrics._asdict())
+  """Stacked device metrics ``[L]`` -> L plain-Python dicts (one host transfer).
+
+  Per-client arrays (``client_noise_multipliers``, ``[L, N]``) are left out: the driver
+  hands them to the per-client ledger."""
+  host = {k: v for k, v in jax.device_get(metrics._asdict()).items()
+          if v is not None and k != "client_noise_multipliers"}
   length = len(host["round"])
   out = []
   for i in range(length):
@@ -186,6 +190,10 @@ _SCHEDULE_BOUNDS = {
     "final_param_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
     "prox_mu": (">= 0", lambda v: v >= 0, False),
     "server_noise_stddev": (">= 0", lambda v: v >= 0, False),
+    "noise_stddev": (">= 0", lambda v: v >= 0, False),
+    "sensitivity": ("> 0", lambda v: v > 0, False),
+    "record_denominator": ("> 0", lambda v: v > 0, False),
+    "grad_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
     "client_weights": ("in [0, 1]", lambda v: (v >= 0) & (v <= 1), False),
 }
 
@@ -236,7 +244,10 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     block_size: rounds per compiled block (evaluation happens at block ends).
     ledger: a `fedjax_dp.privacy.accounting.PrivacyLedger` or None; each round's
       (noise_multiplier, sampling_rate, dp_steps) are recorded and the RDP epsilon
-      after the round is put in its record.
+      after the round is put in its record. A round with per-client noise multipliers
+      (`RoundMetrics.client_noise_multipliers`) needs a
+      `fedjax_dp.privacy.per_client.PerClientLedger`, which accounts for every client
+      in every round; the record's epsilon is then the worst client's.
     evaluate: ``evaluate(params) -> {"loss", "accuracy"}`` run on the host at block
       ends, or None.
     eval_every: evaluate every this many rounds and after the last round (defaults to
@@ -287,16 +298,25 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       state, (metrics, (tloss, tacc)) = block_fn(state, data, hp_block, root_key,
                                                  eval_mask, device_evaluator.data)
       block = metrics_to_records(metrics)
+      client_z = metrics.client_noise_multipliers
       for r, do, l, a in zip(block, eval_mask, np.asarray(tloss), np.asarray(tacc)):
         if do:
           r["test_loss"], r["test_accuracy"] = float(l), float(a)
     else:
       state, metrics = block_fn(state, data, hp_block, root_key)
       block = metrics_to_records(metrics)
+      client_z = metrics.client_noise_multipliers
     done += length
     if ledger is not None:
-      eps = ledger.record_many([r["noise_multiplier"] for r in block],
-                               [r["sampling_rate"] for r in block],
+      per_client = hasattr(ledger, "num_clients")
+      if client_z is not None and not per_client:
+        raise FedJaxDpError(
+            "the round reports per-client noise multipliers: account with a "
+            "fedjax_dp.privacy.per_client.PerClientLedger (a PrivacyLedger would only "
+            "see one number per round).")
+      z_block = (np.asarray(client_z, np.float64) if client_z is not None
+                 else [r["noise_multiplier"] for r in block])
+      eps = ledger.record_many(z_block, [r["sampling_rate"] for r in block],
                                [r["dp_steps"] for r in block])
       for r, e in zip(block, eps):
         r["epsilon"] = float(e)

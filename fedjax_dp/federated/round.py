@@ -20,8 +20,13 @@
 6. the server optimiser (optax) applied to the aggregated delta, scaled by the
    server learning rate.
 
-Everything the privacy ledger needs (noise multiplier, sampling rate, number of DP
-steps) is an *output* of the round, so accounting reads what the code actually did.
+Everything the privacy ledger needs is an *output* of the round, so accounting reads
+what the code actually did: the noise standard deviation ``sigma``, the L2 sensitivity
+``Delta`` of the released quantity under the round's own neighbouring relation
+(`round_relation`: add/remove for Poisson cohorts with central noise, zero-out for
+Poisson cohorts whose clients add their own noise, replace-one for fixed-size cohorts;
+`fedjax_dp.privacy.sensitivity`), the noise multiplier ``z = sigma / Delta`` that the
+ledger composes as given, the sampling rate and the number of DP steps.
 Privacy parameters enter as arrays in `RoundHParams`: sweeping them never recompiles.
 """
 
@@ -41,7 +46,7 @@ from fedjax_dp.federated import aggregation, chunking, keys as keylib, server, s
 from fedjax_dp.federated.client import ClientHParams
 from fedjax_dp.federated.population import (  # PopulationData: re-exported here
     PooledPopulation, PopulationData, gather_clients)
-from fedjax_dp.privacy import clipping, noise
+from fedjax_dp.privacy import clipping, noise, sensitivity
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
 PyTree = Any
@@ -57,7 +62,12 @@ class RoundHParams(NamedTuple):
   Attributes:
     clip_norm: float32 user-level clip norm C (ignored when not clipping).
     noise_multiplier: float32 z; the noise standard deviation is ``z * C`` (central:
-      on the weighted sum; local: per client).
+      on the weighted sum; local: per client). With local noise it may be a float32
+      ``[num_clients]`` vector indexed by population client id (a noise multiplier per
+      client; every client is then accounted with its own, `PerClientLedger`). This is
+      the hyper-parameter (noise std / clip norm); the round reports the noise
+      multiplier of its DpEvent, ``std / sensitivity`` (`RoundMetrics`), which is z/2
+      for fixed-size cohorts.
     sampling_rate: float32 Poisson rate q (fixed-size sampling reports m / N).
     client: `ClientHParams` for local training (learning rate, record-level DP-SGD).
     server_learning_rate: float32 eta_s multiplying the server optimiser's step, or
@@ -70,6 +80,14 @@ class RoundHParams(NamedTuple):
     server_noise_stddev: float32 sigma_S >= 0, the standard deviation (parameter units)
       of the server's Gaussian noise on the weighted sum with
       ``noise="local_and_central"`` (PADPFL eq. 13); ignored otherwise.
+    noise_stddev: float32 sigma >= 0 in parameter units, or None: the noise standard
+      deviation itself (replaces ``z * C``), for algorithms whose uploads are bounded
+      by the client (e.g. parameter clipping) rather than by the round's clipping.
+    sensitivity: float32 Delta > 0, or None: with ``RoundConfig(clip_updates=False)``
+      and noise, the L2 sensitivity of one upload under the round's relation
+      (`round_relation`), as guaranteed by the client; required then, because the round
+      cannot know what bounds an upload it does not clip. With clipping the round
+      computes it (`fedjax_dp.privacy.sensitivity.sum_sensitivity`) and this is ignored.
 
   The algorithms in `fedjax_dp.algorithms` build their optimisers with learning rate 1
   and read both rates from here: start from ``alg.hparams`` and ``_replace`` fields.
@@ -81,14 +99,20 @@ class RoundHParams(NamedTuple):
   server_learning_rate: Any = None
   client_weights: Any = None
   server_noise_stddev: Any = None
+  noise_stddev: Any = None
+  sensitivity: Any = None
 
 
 class RoundMetrics(NamedTuple):
   """Scalars per round (stacked to ``[rounds]`` by the driver).
 
   ``noise_multiplier``, ``sampling_rate`` and ``dp_steps`` are what the ledger composes:
-  for user-level DP the round's (z, q, 1); for record-level DP the local DP-SGD
-  (z_r, q_r, local steps).
+  for user-level DP the round's (``noise_stddev / sensitivity``, q, 1) under
+  `round_relation` (q = 1 where amplification is not claimed, `amplified`); for record-level DP the local DP-SGD (z_r, q_r, local steps) under
+  add/remove of one record. With per-client noise multipliers, ``noise_multiplier`` is
+  the smallest over the *population* (the worst client, whether sampled or not) and
+  ``client_noise_multipliers`` holds every client's ``[num_clients]`` (None otherwise).
+  ``sensitivity`` is the L2 sensitivity the noise multiplier is relative to.
   """
   round: jax.Array
   train_loss: jax.Array
@@ -107,6 +131,8 @@ class RoundMetrics(NamedTuple):
   batch_truncated: jax.Array
   aggregate_norm: jax.Array
   server_noise_stddev: jax.Array
+  sensitivity: jax.Array
+  client_noise_multipliers: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +193,42 @@ class RoundConfig:
             "weights population_weight is the number of clients N).")
       check_positive("population_weight", self.population_weight)
 
+  @property
+  def local_noise(self) -> bool:
+    """Whether each client adds its own noise to its upload."""
+    return self.noise in ("local", "local_and_central")
+
+
+def round_relation(sampler, config: RoundConfig) -> str:
+  """The neighbouring relation (`fedjax_dp.privacy.sensitivity.RELATIONS`) under which
+  a round built from ``sampler`` and ``config`` reports its noise multiplier.
+
+  * record-level (local DP-SGD): ``"add_remove"`` of one record (the client sampler is
+    not claimed for amplification);
+  * fixed-size cohorts: ``"replace_one"`` (what sampling without replacement needs);
+  * Poisson cohorts with central noise: ``"add_remove"`` of one user;
+  * Poisson cohorts whose clients add their own noise: ``"zero_out"``: a user whose
+    data is replaced by a null dataset still takes part and still adds noise. Under
+    add/remove the absent user's noise would be missing too (the sum's variance would
+    change), which no shift-of-a-Gaussian DpEvent covers. Such a round reports the
+    sampling rate 1 (`round_sampling_rate`): a client's noise arrives with its update
+    only when it takes part, so whether it took part is visible and Poisson
+    amplification does not apply; every round is a plain Gaussian release for every
+    client (conservative; the canary audit measured the amplified claim too small).
+  """
+  if config.record_level:
+    return "add_remove"
+  if sampler.kind == "fixed_size":
+    return "replace_one"
+  return "zero_out" if config.local_noise else "add_remove"
+
+
+def amplified(sampler, config: RoundConfig) -> bool:
+  """Whether the round's DpEvent may claim amplification by its client sampling: not for
+  local noise under Poisson sampling (`round_relation`); record-level rounds report
+  their record sampling instead."""
+  return not (config.local_noise and sampler.kind == "poisson" and not config.record_level)
+
 
 class _Partial(NamedTuple):
   """Per-device partial sums over its cohort slots (combined with one psum)."""
@@ -213,14 +275,16 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
   vmapped_client = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))
   num_shards = sharding.mesh_size(mesh)
 
-  def device_partial(params, data, hp, rkey, ids, mask, counts, weights, z_clients,
+  relation = round_relation(sampler, config)
+
+  def device_partial(params, data, hp, rkey, ids, mask, counts, weights, std_clients,
                      chunk_size):
     """Trains, clips, noises (local) and sums this device's slots chunk by chunk."""
     clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
     per_chunk = lambda a: a.reshape((-1, chunk_size) + a.shape[1:])
 
     def one_chunk(acc, xs):
-      cid, cmask, ccounts, cw, cz = xs
+      cid, cmask, ccounts, cw, cstd = xs
       x, y, _ = gather_clients(data, cid)
       # Local training, one independent key per population client id.
       train_keys = keylib.client_keys(keylib.stream(rkey, keylib.TRAINING), cid)
@@ -241,7 +305,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           norms = jax.vmap(clipping.global_norm)(updates)
         if local:
           nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
-          updates = noise.add_local_noise(nkeys, updates, cz * clip_norm,
+          updates = noise.add_local_noise(nkeys, updates, cstd,
                                           config.noise_distribution)
         summed = aggregation.weighted_sum(updates, cw)
       m = cmask.astype(jnp.float32)
@@ -261,7 +325,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     init = _Partial(jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, jnp.float32), params),
                     zero, zero, zero, izero, zero, zero, izero)
     part, norms = jax.lax.scan(
-        one_chunk, init, tuple(per_chunk(a) for a in (ids, mask, counts, weights, z_clients)))
+        one_chunk, init, tuple(per_chunk(a) for a in (ids, mask, counts, weights, std_clients)))
     return part, jnp.max(norms)
 
   def round_fn(state: server.ServerState, data, hp: RoundHParams, root_key: jax.Array):
@@ -289,13 +353,43 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
 
     clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
     z = jnp.asarray(hp.noise_multiplier, jnp.float32)
-    if z.ndim == 1:  # per-population-client noise multipliers (local noise)
-      z_clients = z[ids]
-      z_report = jnp.min(jnp.where(mask, z_clients, jnp.inf))
+    if z.ndim == 1 and not config.local_noise:
+      raise FedJaxDpError("per-client noise multipliers (a [num_clients] noise_multiplier) "
+                          "need local noise (RoundConfig(noise='local')): central noise is "
+                          "one draw for the whole cohort.")
+    # The sensitivity of what is released, under the round's relation.
+    if config.clip_updates:
+      if config.local_noise:  # each upload is released (then weighted: post-processing)
+        delta_s = sensitivity.sum_sensitivity(clip_norm, relation)
+      else:
+        w_max = 1.0
+        if config.weighting == "custom":
+          w_max = jnp.max(jnp.asarray(hp.client_weights if hp.client_weights is not None
+                                      else data.weights, jnp.float32))
+        delta_s = sensitivity.sum_sensitivity(clip_norm, relation, w_max)
+    elif config.noise != "none" and not config.record_level:
+      if hp.sensitivity is None:
+        raise FedJaxDpError(
+            "RoundHParams.sensitivity is required with RoundConfig(clip_updates=False) and "
+            "noise: the round does not clip, so the algorithm must state the L2 "
+            f"sensitivity of one upload under the round's relation ({relation}).")
+      delta_s = jnp.asarray(hp.sensitivity, jnp.float32)
     else:
-      z_clients = jnp.broadcast_to(z, ids.shape)
-      z_report = z
-    std = z_report * clip_norm if config.noise != "none" else jnp.zeros(())
+      delta_s = jnp.asarray(jnp.inf, jnp.float32)
+    if hp.noise_stddev is not None:
+      std_all = jnp.broadcast_to(jnp.asarray(hp.noise_stddev, jnp.float32), z.shape)
+    else:
+      std_all = z * clip_norm
+    if config.noise == "none":
+      std_all = jnp.zeros_like(std_all)
+    client_z = None
+    if std_all.ndim == 1:  # per population client: each is accounted with its own
+      std_clients = std_all[ids]
+      client_z = std_all / delta_s
+      std = jnp.min(std_all)  # the worst client's, whether sampled or not
+    else:
+      std_clients = jnp.broadcast_to(std_all, ids.shape)
+      std = std_all
 
     # Chunk layout (static): pad the cohort to shards x chunks x chunk_size slots.
     k = ids.shape[0]
@@ -304,7 +398,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
         _client_data_bytes(data))
     layout = chunking.chunk_layout(k, chunk_size, num_shards)
     pad = layout.padded_size - k
-    slots = [jnp.pad(a, (0, pad)) for a in (ids, mask, counts, weights, z_clients)]
+    slots = [jnp.pad(a, (0, pad)) for a in (ids, mask, counts, weights, std_clients)]
 
     partial = functools.partial(device_partial, chunk_size=layout.chunk_size)
     if mesh is None:
@@ -349,6 +443,12 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
 
     n_part = jnp.sum(mask.astype(jnp.float32))
     safe = jnp.maximum(n_part, 1.0)
+    if config.record_level:  # local DP-SGD: add/remove one record, Delta = C_r
+      delta_event = jnp.asarray(hp.client.record_clip_norm, jnp.float32)
+      std_event = jnp.asarray(hp.client.record_noise_multiplier, jnp.float32) * delta_event
+    else:
+      delta_event, std_event = jnp.asarray(delta_s, jnp.float32), std
+    z_event = jnp.where(std_event > 0, std_event / delta_event, 0.0)
     metrics = RoundMetrics(
         round=state.round,
         train_loss=part.loss / safe,
@@ -359,19 +459,18 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
         mean_update_norm=part.norm_sum / safe,
         max_update_norm=max_norm,
         nonfinite_updates=part.nonfinite,
-        noise_multiplier=(jnp.asarray(hp.client.record_noise_multiplier, jnp.float32)
-                          if config.record_level else
-                          (z_report if config.noise != "none" else jnp.zeros(()))),
-        noise_stddev=(jnp.asarray(hp.client.record_noise_multiplier, jnp.float32) *
-                      jnp.asarray(hp.client.record_clip_norm, jnp.float32)
-                      if config.record_level else std),
+        noise_multiplier=z_event,
+        noise_stddev=std_event,
         sampling_rate=(jnp.asarray(hp.client.record_sampling_rate, jnp.float32)
-                       if config.record_level else q),
+                       if config.record_level else
+                       q if amplified(sampler, config) else jnp.ones((), jnp.float32)),
         dp_steps=jnp.asarray(config.dp_steps, jnp.int32),
         example_clip_fraction=part.example_clip / safe,
         batch_truncated=part.batch_truncated,
         aggregate_norm=clipping.global_norm(delta),
         server_noise_stddev=server_std,
+        sensitivity=delta_event,
+        client_noise_multipliers=client_z,
     )
     return new_state, metrics
 

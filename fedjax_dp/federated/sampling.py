@@ -1,10 +1,17 @@
 """Client sampling with static shapes, each sampler paired with its DpEvent.
 
+The DpEvent a sampler pairs with is built by the round that uses it, from its own
+sensitivity (`fedjax_dp.federated.round.round_relation`); the samplers only sample.
+
 * `PoissonSampler`: every client joins independently with probability ``q`` (the
   sampling rate). The cohort size is random; it is padded to a static ``k_max`` with a
-  mask. ``k_max`` is chosen on the host so that ``P(Binomial(N, q) > k_max) < 1e-9``
-  (`poisson_k_max`); if a draw still overflows, the extra clients are dropped, the
-  round reports ``num_truncated > 0`` and the driver warns: never silent.
+  mask. ``k_max`` is chosen on the host so that ``P(Binomial(N + 1, q) > k_max) <
+  1e-12`` (`poisson_k_max`; N + 1 because a neighbouring population may hold one more
+  client, and at most N + 1, which makes truncation impossible for small populations).
+  If a draw still overflows, the extra clients are dropped, the round reports
+  ``num_truncated > 0`` and the driver warns: never silent. Truncation changes the
+  mechanism on that event, so its probability is added to delta by the ledger
+  (`fedjax_dp.privacy.accounting.Truncation`).
   Pairs with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``, add/remove-one
   neighbouring datasets (McMahan et al., ICLR 2018; Zhu & Wang, ICML 2019).
 * `FixedSizeSampler`: ``m`` distinct clients uniformly without replacement. Pairs with
@@ -23,7 +30,7 @@ from scipy import stats
 
 from fedjax_dp.validation import FedJaxDpError, check_int, check_probability
 
-DEFAULT_OVERFLOW_PROB = 1e-9
+DEFAULT_OVERFLOW_PROB = 1e-12
 
 
 class Cohort(NamedTuple):
@@ -43,7 +50,10 @@ class Cohort(NamedTuple):
 
 def poisson_k_max(population_size: int, sampling_rate: float,
                   overflow_prob: float = DEFAULT_OVERFLOW_PROB) -> int:
-  """Smallest k with ``P(Binomial(N, q) > k) < overflow_prob`` (capped at N).
+  """Smallest k with ``P(Binomial(N + 1, q) > k) < overflow_prob``, at most N + 1.
+
+  N + 1: the truncation probability enters delta for a neighbouring population of one
+  more client; with ``k = N + 1`` (small populations) no draw can ever overflow.
 
   Args:
     population_size: N >= 1.
@@ -57,12 +67,12 @@ def poisson_k_max(population_size: int, sampling_rate: float,
   q = check_probability("sampling_rate", sampling_rate)
   p = check_probability("overflow_prob", overflow_prob)
   if q >= 1.0:
-    return n
-  k = int(stats.binom.isf(p, n, q))
+    return n + 1
+  k = int(stats.binom.isf(p, n + 1, q))
   # isf can be off by one at the boundary: step up until the tail is below p.
-  while k < n and stats.binom.sf(k, n, q) >= p:
+  while k < n + 1 and stats.binom.sf(k, n + 1, q) >= p:
     k += 1
-  return max(1, min(n, k))
+  return max(1, min(n + 1, k))
 
 
 def poisson_sample(key: jax.Array, population_size: int, sampling_rate,
@@ -73,7 +83,7 @@ def poisson_sample(key: jax.Array, population_size: int, sampling_rate,
     key: PRNG key (the round's sampling stream).
     population_size: N (static int).
     sampling_rate: q, float scalar (may be traced: changing it does not recompile).
-    k_max: static padded cohort size.
+    k_max: static padded cohort size (may exceed N by one; extra slots are padding).
 
   Returns:
     A `Cohort`; selected ids in increasing order, then masked padding.
@@ -109,7 +119,7 @@ class PoissonSampler:
     q = check_probability("sampling_rate", sampling_rate)
     if k_max is None:
       k_max = poisson_k_max(n, q, overflow_prob)
-    k_max = check_int("k_max", k_max, minimum=1, maximum=n)
+    k_max = check_int("k_max", k_max, minimum=1, maximum=n + 1)
     return cls(n, q, k_max)
 
   @property
@@ -119,10 +129,6 @@ class PoissonSampler:
   def sample(self, key, sampling_rate=None) -> Cohort:
     q = self.sampling_rate if sampling_rate is None else sampling_rate
     return poisson_sample(key, self.population_size, q, self.k_max)
-
-  def dp_event_kwargs(self) -> dict:
-    """Arguments for `fedjax_dp.privacy.accounting.make_dp_event`."""
-    return {"sampler": "poisson"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +163,3 @@ class FixedSizeSampler:
     del sampling_rate  # fixed by the static cohort size
     return fixed_size_sample(key, self.population_size, self.cohort_size)
 
-  def dp_event_kwargs(self) -> dict:
-    return {"sampler": "fixed_size", "population_size": self.population_size,
-            "cohort_size": self.cohort_size}

@@ -1,18 +1,36 @@
 """Privacy accounting for DP federated learning, built on Google's `dp_accounting`.
 
-Every simulated round reports, on the host, the noise multiplier ``z_t`` (noise
-standard deviation / L2 sensitivity), the sampling rate ``q_t``, the number of
-noisy releases composed in the round (``dp_steps``: 1 for user-level DP-FedAvg,
-the number of local DP-SGD steps for record-level DP) and the sampler. This
-module turns those numbers into `dp_accounting.DpEvent`s and (epsilon, delta):
+Every simulated round reports, on the host, what it released: the noise standard
+deviation ``sigma``, the L2 sensitivity ``Delta`` of the released quantity *under the
+round's own neighbouring relation* (`fedjax_dp.privacy.sensitivity`), the noise
+multiplier ``z = sigma / Delta``, the sampling rate ``q``, the number of noisy releases
+composed in the round (``dp_steps``: 1 for user-level DP-FedAvg, the number of local
+DP-SGD steps for record-level DP) and the sampler. This module turns those numbers into
+`dp_accounting.DpEvent`s and (epsilon, delta):
 
 * `make_dp_event`: one round -> one `DpEvent`.
 * `PrivacyLedger`: the run-length composition of all rounds so far (noise may
-  change every round), with fast RDP epsilon after every round, PLD epsilon,
-  and JSON round-tripping for checkpoints.
-* `compute_epsilon` / `calibrate_noise_multiplier`: the same accounting for a
-  constant schedule, and its inverse (via `dp_accounting.calibrate_dp_mechanism`).
+  change every round), with fast RDP epsilon after every round, PLD epsilon, the
+  probability that a padded batch or cohort was truncated (added to delta), and JSON
+  round-tripping for checkpoints.
+* `compute_epsilon` / `calibrate_noise_multiplier` / `calibrate`: the same accounting
+  for a constant schedule, and its inverse (via `dp_accounting.calibrate_dp_mechanism`).
 * `PrivacySummary`: what a run's privacy statement says.
+
+The one convention. ``z`` is always ``sigma / Delta`` with ``Delta`` the largest L2
+distance between the outputs on two neighbouring datasets of the sampler's relation:
+add/remove (or zero-out) for Poisson sampling, replace-one for fixed-size sampling
+without replacement. No function here rescales it: the code that defines a release
+computes its own ``Delta`` (e.g. ``2C`` for a sum clipped to C under replace-one) and
+reports ``z``. dp_accounting reads a `GaussianDpEvent` as a shift of ``1/z`` standard
+deviations in its RDP accountant under every relation, and in its PLD accountant under
+add/remove, but as a shift of ``2/z`` in its PLD accountant under ``REPLACE_ONE``; to
+keep one meaning, events without sampling-without-replacement are composed under
+``ADD_OR_REMOVE_ONE`` (pure shift semantics), and `SampledWithoutReplacementDpEvent`
+(RDP only, Wang, Balle, Kasiviswanathan 2019, Thm. 27) under ``REPLACE_ONE``, where its
+inner ``z`` is relative to the replace-one sensitivity, as here. A fixed-size cohort
+that is the whole population is no sampling at all: a plain `GaussianDpEvent`, which
+the PLD accountant supports.
 
 Accounting is never re-implemented here. RDP values come from
 `dp_accounting.rdp.RdpAccountant` and the conversion to (epsilon, delta) from
@@ -42,7 +60,7 @@ import functools
 import logging
 import math
 import numbers
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, NamedTuple, Optional, Sequence, Tuple
 
 from absl import logging as absl_logging
 import dp_accounting
@@ -50,17 +68,20 @@ from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np
+from scipy import stats
 
+from fedjax_dp.privacy.sensitivity import RELATION_TEXT, RELATIONS, check_relation
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)
 
 __all__ = [
-    "SAMPLERS", "ACCOUNTANTS", "PRIVACY_UNITS", "DEFAULT_RDP_ORDERS",
-    "DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL", "NeighborRel",
-    "UnsupportedAccountingError", "neighboring_relation", "make_dp_event",
-    "deduplicate_rdp_convergence_warnings", "compute_epsilon",
-    "calibrate_noise_multiplier", "PrivacySummary", "PrivacyLedger",
+    "SAMPLERS", "ACCOUNTANTS", "PRIVACY_UNITS", "RELATIONS", "DEFAULT_RDP_ORDERS",
+    "DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL", "NeighborRel", "Truncation",
+    "UnsupportedAccountingError", "default_relation", "neighboring_relation",
+    "make_dp_event", "dp_accounting_relation", "deduplicate_rdp_convergence_warnings",
+    "compute_epsilon", "calibrate", "calibrate_noise_multiplier", "check_accountant_supports",
+    "truncation_delta", "PrivacySummary", "PrivacyLedger",
 ]
 
 _log = logging.getLogger(__name__)
@@ -74,6 +95,8 @@ SAMPLERS = ("poisson", "fixed_size")
 ACCOUNTANTS = ("rdp", "pld")
 #: What one neighbouring step changes: all data of one user, or one record.
 PRIVACY_UNITS = ("user", "record")
+#: The relations each sampler's events are valid under (the first is the default).
+_SAMPLER_RELATIONS = {"poisson": ("add_remove", "zero_out"), "fixed_size": ("replace_one",)}
 #: dp-accounting's default RDP orders (1.1 ... 10.9 in steps of 0.1, 11 ... 63,
 #: 128, 256, 512, 1024).
 DEFAULT_RDP_ORDERS: Tuple[float, ...] = tuple(
@@ -84,13 +107,13 @@ DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 # Relative tolerance when matching a (float32) sampling rate to cohort/population.
 _COHORT_RATE_RTOL = 1e-6
 _LEDGER_FORMAT = "fedjax_dp.PrivacyLedger"
-_LEDGER_VERSION = 1
+_LEDGER_VERSION = 2
 
 
 class UnsupportedAccountingError(FedJaxDpError):
   """The requested accountant cannot account for the requested events.
 
-  Raised, e.g., for ``accountant="pld"`` with ``sampler="fixed_size"``:
+  Raised for ``accountant="pld"`` with fixed-size cohorts smaller than the population:
   dp-accounting 0.6.0's `PLDAccountant` has no `SampledWithoutReplacementDpEvent`.
   """
 
@@ -113,34 +136,56 @@ def _unit_words(privacy_unit: Optional[str]) -> str:
   return "one user's entire data" if unit == "user" else "one record"
 
 
-def neighboring_relation(sampler: str,
-                         privacy_unit: Optional[str] = None) -> Tuple[NeighborRel, str]:
+def default_relation(sampler: str) -> str:
+  """The neighbouring relation a sampler's events are accounted under by default:
+  ``"add_remove"`` for Poisson sampling, ``"replace_one"`` for fixed-size cohorts."""
+  return _SAMPLER_RELATIONS[check_choice("sampler", sampler, SAMPLERS)][0]
+
+
+def _check_pairing(sampler: str, relation: Optional[str]) -> str:
+  """``relation`` (default: the sampler's) after checking that the sampler's DpEvent is
+  valid under it."""
+  check_choice("sampler", sampler, SAMPLERS)
+  if relation is None:
+    return default_relation(sampler)
+  relation = check_relation(relation)
+  if relation not in _SAMPLER_RELATIONS[sampler]:
+    raise FedJaxDpError(
+        f"neighboring_relation={relation!r} does not fit sampler={sampler!r}: "
+        f"{sampler} sampling is accounted under "
+        f"{' or '.join(_SAMPLER_RELATIONS[sampler])} (Poisson sampling amplifies under "
+        "add/remove and zero-out, sampling without replacement under replace-one).")
+  return relation
+
+
+def neighboring_relation(sampler: str, privacy_unit: Optional[str] = None,
+                         relation: Optional[str] = None) -> Tuple[str, str]:
   """The neighbouring relation under which a sampler's events are accounted.
 
   Args:
     sampler: one of `SAMPLERS`. ``"poisson"`` (each unit independently with
-      probability q) is accounted under add/remove-one; ``"fixed_size"`` (a
-      cohort of exactly m of n units, without replacement) under replace-one,
-      the relation for which dp-accounting's `SampledWithoutReplacementDpEvent`
-      bound holds (Wang, Balle, Kasiviswanathan 2019, arXiv:1808.00087).
+      probability q) is accounted under add/remove-one (or zero-out, for releases in
+      which every unit adds its own noise); ``"fixed_size"`` (a cohort of exactly m of
+      n units, without replacement) under replace-one, the relation for which
+      dp-accounting's `SampledWithoutReplacementDpEvent` bound holds (Wang, Balle,
+      Kasiviswanathan 2019, arXiv:1808.00087).
     privacy_unit: optional, ``"user"`` or ``"record"`` (or ``"user-level"``,
       ``"record-level"``); only changes the text.
+    relation: one of `RELATIONS` valid for ``sampler``; default `default_relation`.
 
   Returns:
-    ``(relation, text)``: the `dp_accounting.NeighboringRelation` to construct
-    accountants with, and a one-line statement of it for summaries.
+    ``(relation, text)``: the relation's name (one of `RELATIONS`) and a one-line
+    statement of it for summaries.
 
   Raises:
-    FedJaxDpError: unknown ``sampler`` or ``privacy_unit``.
+    FedJaxDpError: unknown ``sampler``, ``privacy_unit`` or ``relation``, or a relation
+      the sampler's events are not valid under.
   """
-  check_choice("sampler", sampler, SAMPLERS)
-  unit = _unit_words(privacy_unit)
-  if sampler == "poisson":
-    return (NeighborRel.ADD_OR_REMOVE_ONE,
-            f"add/remove-one: neighbouring datasets differ by adding or removing {unit}")
-  return (NeighborRel.REPLACE_ONE,
-          f"replace-one: neighbouring datasets have the same size and differ in {unit} "
-          "(the noise multiplier must be relative to the replace-one sensitivity)")
+  relation = _check_pairing(sampler, relation)
+  text = RELATION_TEXT[relation].format(unit=_unit_words(privacy_unit))
+  if relation == "replace_one":
+    text += " (noise multipliers are relative to the replace-one sensitivity)"
+  return relation, text
 
 
 def _host_float(name: str, value: Any) -> Any:
@@ -203,10 +248,10 @@ def _build_event(z: float, q: float, steps: int, sampler: str,
   if z == 0.0:
     return dp_accounting.NonPrivateDpEvent()
   gaussian = dp_accounting.GaussianDpEvent(z)
-  if sampler == "fixed_size":
+  if sampler == "fixed_size" and cohort_size < population_size:
     event = dp_accounting.SampledWithoutReplacementDpEvent(
         population_size, cohort_size, gaussian)
-  elif q == 1.0:
+  elif sampler == "fixed_size" or q == 1.0:  # everyone takes part: no amplification
     event = gaussian
   else:
     event = dp_accounting.PoissonSampledDpEvent(q, gaussian)
@@ -221,21 +266,23 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
                   cohort_size: Optional[int] = None) -> dp_accounting.DpEvent:
   """The `DpEvent` of one round: ``steps`` sampled Gaussian releases.
 
-  * ``sampler="poisson"``: `PoissonSampledDpEvent(q, GaussianDpEvent(z))`,
-    accounted under add/remove-one; with ``q == 1`` the plain
-    `GaussianDpEvent(z)` (no sampling, no amplification).
-  * ``sampler="fixed_size"``: `SampledWithoutReplacementDpEvent(population_size,
-    cohort_size, GaussianDpEvent(z))`, accounted under replace-one. dp-accounting
-    bounds it with the replace-one RDP ``alpha / (2 z^2)`` of the inner Gaussian
-    (Wang, Balle, Kasiviswanathan 2019, arXiv:1808.00087, Thm. 27), so ``z``
-    must be the noise std divided by the *replace-one* L2 sensitivity. For a sum
-    of updates clipped to norm C that sensitivity is 2C: a round that reports
-    ``std / C`` must pass half of it. This function does not rescale.
+  ``noise_multiplier`` is ``sigma / Delta`` with ``Delta`` the sensitivity under the
+  sampler's relation (module docstring); it is used as given.
+
+  * ``sampler="poisson"``: `PoissonSampledDpEvent(q, GaussianDpEvent(z))` (add/remove
+    or zero-out); with ``q == 1`` the plain `GaussianDpEvent(z)` (no amplification).
+  * ``sampler="fixed_size"``, ``cohort_size < population_size``:
+    `SampledWithoutReplacementDpEvent(population_size, cohort_size, GaussianDpEvent(z))`
+    (replace-one; Wang, Balle, Kasiviswanathan 2019, Thm. 27); RDP only.
+  * ``sampler="fixed_size"``, ``cohort_size == population_size``: every unit takes part,
+    so the plain `GaussianDpEvent(z)` (tighter than the sampled event with m = n, and
+    the PLD accountant supports it).
   * ``noise_multiplier == 0``: `NonPrivateDpEvent` (epsilon = inf).
   * ``steps > 1``: `SelfComposedDpEvent(event, steps)` (e.g. local DP-SGD steps).
 
   Args:
-    noise_multiplier: z >= 0, noise standard deviation / L2 sensitivity (unitless).
+    noise_multiplier: z >= 0, noise standard deviation / L2 sensitivity under the
+      sampler's relation (unitless).
     sampling_rate: q in (0, 1], the probability that a unit takes part. Defaults
       to 1 for ``"poisson"``; for ``"fixed_size"`` it defaults to
       ``cohort_size / population_size`` and, if given, must match it (relative
@@ -262,6 +309,73 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
   elif q is None:
     q = 1.0
   return _build_event(z, q, steps, sampler, population_size, cohort_size)
+
+
+def _has_sampling_without_replacement(event: dp_accounting.DpEvent) -> bool:
+  if isinstance(event, dp_accounting.SampledWithoutReplacementDpEvent):
+    return True
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return _has_sampling_without_replacement(event.event)
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return any(_has_sampling_without_replacement(e) for e in event.events)
+  return False
+
+
+def dp_accounting_relation(event: dp_accounting.DpEvent) -> NeighborRel:
+  """The `dp_accounting.NeighboringRelation` to compose ``event`` under so that every
+  `GaussianDpEvent(z)` in it means a shift of ``1/z`` standard deviations (module
+  docstring): ``REPLACE_ONE`` if it holds a `SampledWithoutReplacementDpEvent`
+  (RDP only; RDP reads plain Gaussians the same under every relation), else
+  ``ADD_OR_REMOVE_ONE`` (Poisson-sampled events: add/remove; zero-out composes the
+  same, dp_accounting's ``REPLACE_SPECIAL``)."""
+  return (NeighborRel.REPLACE_ONE if _has_sampling_without_replacement(event)
+          else NeighborRel.ADD_OR_REMOVE_ONE)
+
+
+class Truncation(NamedTuple):
+  """How a padded Poisson draw can be truncated, for the delta it costs.
+
+  A Poisson sample (of clients into a cohort of static size ``cap``, or of a client's
+  examples into a physical batch of size ``cap``) that draws more than ``cap`` units is
+  truncated. The truncated mechanism differs from the accounted one only on that
+  event, so it adds `probability` to delta (see `truncation_delta`). A neighbouring
+  dataset may hold one unit more, so the tail is taken over ``population_size + 1``.
+
+  Attributes:
+    population_size: the largest number of units a draw is made from (clients N, or the
+      largest client's examples).
+    cap: the static padded size (``k_max``, or the DP-SGD batch cap).
+    draws_per_step: independent draws per noisy release (1 for a cohort; the number of
+      client slots that train for a DP-SGD batch draw).
+  """
+  population_size: int
+  cap: int
+  draws_per_step: int = 1
+
+  def probability(self, sampling_rate: float, steps: int = 1) -> float:
+    """Union bound on the probability that any of one round's draws is truncated:
+    ``draws_per_step * steps * P(Binomial(population_size + 1, q) > cap)``."""
+    tail = float(stats.binom.sf(self.cap, self.population_size + 1, sampling_rate))
+    return min(1.0, self.draws_per_step * steps * tail)
+
+
+def truncation_delta(epsilon: float, truncation_probability: float) -> float:
+  """The delta that truncation adds: ``(1 + e^epsilon) p``.
+
+  If a mechanism M is (epsilon, delta)-DP and M' equals M except on an event of
+  probability at most p on every input (e.g. a Poisson draw overflowing its static
+  cap), then for every set S, ``P[M'(D) in S] <= P[M(D) in S] + p <= e^eps (P[M'(D') in
+  S] + p) + delta + p``, so M' is (epsilon, delta + (1 + e^epsilon) p)-DP.
+
+  Returns:
+    The added delta (``inf`` if epsilon is inf and p > 0; 0 if p == 0).
+  """
+  p = check_non_negative("truncation_probability", truncation_probability)
+  if p == 0.0:
+    return 0.0
+  if epsilon > 700:
+    return math.inf
+  return (1.0 + math.exp(epsilon)) * p
 
 
 def _split_self_composed(event: dp_accounting.DpEvent) -> Tuple[dp_accounting.DpEvent, int]:
@@ -367,18 +481,32 @@ def _make_accountant(accountant: str, relation: NeighborRel,
   return dp_pld.PLDAccountant(relation, pld_value_discretization_interval)
 
 
-def check_accountant_supports(accountant: str, sampler: str) -> None:
-  """Raises `UnsupportedAccountingError` if ``accountant`` cannot account for events of
-  ``sampler`` (dp-accounting's PLD has no sampling-without-replacement event)."""
-  _check_supported(accountant, sampler)
+def check_accountant_supports(accountant: str, sampler: str,
+                              population_size: Optional[int] = None,
+                              cohort_size: Optional[int] = None) -> None:
+  """Raises `UnsupportedAccountingError` if ``accountant`` cannot account for the events
+  of ``sampler``: dp-accounting's PLD has no sampling-without-replacement event, which
+  fixed-size cohorts smaller than the population need (a cohort of the whole
+  population, ``cohort_size == population_size``, is a plain Gaussian and is fine)."""
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  check_choice("sampler", sampler, SAMPLERS)
+  everyone = (population_size is not None and cohort_size is not None
+              and int(cohort_size) == int(population_size))
+  if accountant == "pld" and sampler == "fixed_size" and not everyone:
+    _raise_unsupported()
 
 
-def _check_supported(accountant: str, sampler: str) -> None:
-  if accountant == "pld" and sampler == "fixed_size":
-    raise UnsupportedAccountingError(
-        "accountant='pld' cannot account for sampler='fixed_size': dp-accounting's "
-        "PLDAccountant does not support SampledWithoutReplacementDpEvent (replace-one "
-        "sampling without replacement). Use accountant='rdp' or sampler='poisson'.")
+def _raise_unsupported():
+  raise UnsupportedAccountingError(
+      "accountant='pld' cannot account for sampler='fixed_size' with a cohort smaller "
+      "than the population: dp-accounting's PLDAccountant does not support "
+      "SampledWithoutReplacementDpEvent (replace-one sampling without replacement). Use "
+      "accountant='rdp' or sampler='poisson'.")
+
+
+def _check_event_supported(accountant: str, event: dp_accounting.DpEvent) -> None:
+  if accountant == "pld" and _has_sampling_without_replacement(event):
+    _raise_unsupported()
 
 
 def _check_orders(orders: Optional[Sequence[float]]) -> Tuple[float, ...]:
@@ -396,6 +524,26 @@ def _check_orders(orders: Optional[Sequence[float]]) -> Tuple[float, ...]:
 
 def _check_pld_interval(value: Any) -> float:
   return check_positive("pld_value_discretization_interval", value)
+
+
+def event_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp",
+                  orders: Optional[Sequence[float]] = None,
+                  pld_value_discretization_interval: float =
+                  DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL) -> float:
+  """Epsilon of any `DpEvent` built with this module's convention (`make_dp_event`),
+  composed in a fresh accountant under `dp_accounting_relation`.
+
+  Raises:
+    FedJaxDpError: invalid delta or accountant.
+    UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
+  """
+  delta = check_delta(delta)
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  _check_event_supported(accountant, event)
+  with deduplicate_rdp_convergence_warnings():
+    acc = _make_accountant(accountant, dp_accounting_relation(event), _check_orders(orders),
+                           _check_pld_interval(pld_value_discretization_interval))
+    return float(acc.compose(event).get_epsilon(delta))
 
 
 # ---------------------------------------------------------------------------
@@ -419,11 +567,11 @@ def compute_epsilon(noise_multiplier: float, sampling_rate: Optional[float], rou
   """Epsilon of ``rounds`` identical rounds (a constant noise schedule).
 
   Composes ``SelfComposedDpEvent(make_dp_event(...), rounds)`` in a fresh
-  `dp_accounting` accountant (see `make_dp_event` for the event and
-  `neighboring_relation` for the relation).
+  `dp_accounting` accountant (see `make_dp_event` for the event and what
+  ``noise_multiplier`` means, and `dp_accounting_relation`).
 
   Args:
-    noise_multiplier: z >= 0 (noise std / L2 sensitivity).
+    noise_multiplier: z >= 0 (noise std / L2 sensitivity under the sampler's relation).
     sampling_rate: q in (0, 1] (see `make_dp_event` for ``"fixed_size"``).
     rounds: number of rounds, int >= 1.
     delta: target delta in (0, 1).
@@ -443,21 +591,89 @@ def compute_epsilon(noise_multiplier: float, sampling_rate: Optional[float], rou
 
   Raises:
     FedJaxDpError: invalid arguments.
-    UnsupportedAccountingError: ``accountant="pld"`` with ``sampler="fixed_size"``.
+    UnsupportedAccountingError: ``accountant="pld"`` with a fixed-size cohort smaller
+      than the population.
   """
   delta = check_delta(delta)
   rounds = check_int("rounds", rounds, minimum=1)
   steps_per_round = _check_count(steps_per_round, "steps_per_round")
   check_choice("accountant", accountant, ACCOUNTANTS)
-  orders = _check_orders(orders)
-  interval = _check_pld_interval(pld_value_discretization_interval)
   event = _constant_schedule_event(noise_multiplier, sampling_rate, rounds, steps_per_round,
                                    sampler, population_size, cohort_size)
-  _check_supported(accountant, sampler)
-  relation, _ = neighboring_relation(sampler)
+  return event_epsilon(event, delta, accountant, orders, pld_value_discretization_interval)
+
+
+def calibrate(make_event: Callable[[float], dp_accounting.DpEvent], target_epsilon: float,
+              delta: float, accountant: str = "rdp", tol: float = 1e-5,
+              orders: Optional[Sequence[float]] = None,
+              pld_value_discretization_interval: float =
+              DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL, name: str = "noise_multiplier"
+              ) -> float:
+  """The smallest noise parameter ``x`` with ``epsilon(make_event(x)) <= target``.
+
+  ``make_event(x)`` must build the whole run's `DpEvent` (every round) from the
+  parameter being calibrated, with this module's convention, and its epsilon must
+  decrease in ``x``: an algorithm passes the function that maps *its own*
+  hyper-parameter (e.g. DP-FedAvg's noise multiplier, noise std / clip norm) to the
+  events its rounds release, so that no layer re-interprets another's number. A
+  bracket ``[lo, hi]`` with eps(lo) > target >= eps(hi) is found by doubling /
+  halving from x = 1, then `dp_accounting.calibrate_dp_mechanism` (Brent's method)
+  returns an ``x`` within ``tol`` of the exact threshold whose epsilon is <= target.
+
+  Args:
+    make_event: ``x -> DpEvent``.
+    target_epsilon: epsilon budget, finite and > 0.
+    delta: delta in (0, 1).
+    accountant: ``"rdp"`` or ``"pld"`` (each evaluation composes from scratch).
+    tol: absolute tolerance on ``x`` (> 0).
+    orders: RDP orders (default `DEFAULT_RDP_ORDERS`).
+    pld_value_discretization_interval: PLD loss grid step in nats (> 0).
+    name: what ``x`` is called in error messages.
+
+  Returns:
+    ``x`` (float).
+
+  Raises:
+    FedJaxDpError: invalid arguments, or a target so large that even x < 1e-3 meets it
+      (possible when q is below delta) or so small that x > 2**40 is needed.
+    UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
+  """
+  target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
+  delta = check_delta(delta)
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  tol = check_positive("tol", tol)
+  orders = _check_orders(orders)
+  interval = _check_pld_interval(pld_value_discretization_interval)
+  probe = make_event(1.0)
+  _check_event_supported(accountant, probe)
+  relation = dp_accounting_relation(probe)
+
+  def make_accountant() -> dp_accounting.PrivacyAccountant:
+    return _make_accountant(accountant, relation, orders, interval)
+
+  def gap(x: float) -> float:
+    return make_accountant().compose(make_event(x)).get_epsilon(delta) - target_epsilon
+
   with deduplicate_rdp_convergence_warnings():
-    acc = _make_accountant(accountant, relation, orders, interval)
-    return float(acc.compose(event).get_epsilon(delta))
+    lo, hi = 1.0, 1.0
+    if gap(1.0) > 0:
+      while gap(hi) > 0:
+        lo, hi = hi, 2.0 * hi
+        if hi > 2.0 ** 40:
+          raise FedJaxDpError(
+              f"target_epsilon={target_epsilon!r} needs a {name} above 2**40 at "
+              f"delta={delta!r}; it is unreachable in practice.")
+    else:
+      while gap(lo) <= 0:
+        lo, hi = lo / 2.0, lo
+        if lo < 1e-3:
+          raise FedJaxDpError(
+              f"target_epsilon={target_epsilon!r} is met even with {name} {hi!r} "
+              f"(delta={delta!r}); calibration below 1e-3 is not supported.")
+    x = dp_accounting.calibrate_dp_mechanism(
+        make_accountant, make_event, target_epsilon, delta,
+        bracket_interval=dp_accounting.ExplicitBracketInterval(lo, hi), tol=tol)
+  return float(x)
 
 
 def calibrate_noise_multiplier(target_epsilon: float, delta: float,
@@ -469,12 +685,13 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float,
                                orders: Optional[Sequence[float]] = None,
                                pld_value_discretization_interval: float =
                                DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL) -> float:
-  """The smallest noise multiplier whose epsilon after ``rounds`` rounds <= target.
+  """The smallest noise multiplier (of the event, `make_dp_event`'s convention) whose
+  epsilon after ``rounds`` identical rounds is <= target (`calibrate`).
 
-  Epsilon decreases in z. A bracket ``[lo, hi]`` with eps(lo) > target >= eps(hi)
-  is found by doubling / halving from z = 1, then
-  `dp_accounting.calibrate_dp_mechanism` (Brent's method) returns a z within
-  ``tol`` of the exact threshold whose epsilon is guaranteed <= target.
+  For a fixed-size cohort this ``z`` is relative to the replace-one sensitivity: a
+  DP-FedAvg round whose noise std is ``z_hp * C`` on a sum of updates clipped to C has
+  ``z = z_hp / 2`` (`fedjax_dp.privacy.sensitivity.sum_sensitivity`); the algorithms'
+  `PrivacySpec` does this conversion (``calibrate_noise_multiplier`` there).
 
   Args:
     target_epsilon: epsilon budget, finite and > 0.
@@ -483,8 +700,8 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float,
     rounds: number of rounds, int >= 1.
     steps_per_round: noisy releases per round (int >= 1).
     sampler: one of `SAMPLERS`.
-    accountant: ``"rdp"`` or ``"pld"`` (each evaluation composes from scratch;
-      with ``"pld"`` calibration takes seconds to tens of seconds).
+    accountant: ``"rdp"`` or ``"pld"`` (with ``"pld"`` calibration takes seconds to
+      tens of seconds).
     population_size: n (``"fixed_size"`` only).
     cohort_size: m (``"fixed_size"`` only).
     tol: absolute tolerance on z (> 0).
@@ -495,55 +712,19 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float,
     z (float) with ``compute_epsilon(z, ...) <= target_epsilon``.
 
   Raises:
-    FedJaxDpError: invalid arguments, or a target so large that even z < 1e-3
-      meets it (possible when q is below delta) or so small that z > 2**40 is needed.
-    UnsupportedAccountingError: ``accountant="pld"`` with ``sampler="fixed_size"``.
+    FedJaxDpError: invalid arguments, or an unreachable target (see `calibrate`).
+    UnsupportedAccountingError: ``accountant="pld"`` with a fixed-size cohort smaller
+      than the population.
   """
-  target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
-  delta = check_delta(delta)
   rounds = check_int("rounds", rounds, minimum=1)
   steps_per_round = _check_count(steps_per_round, "steps_per_round")
-  check_choice("accountant", accountant, ACCOUNTANTS)
-  tol = check_positive("tol", tol)
-  orders = _check_orders(orders)
-  interval = _check_pld_interval(pld_value_discretization_interval)
   # Validates sampler / q / steps / sizes once, with the argument names.
   _constant_schedule_event(1.0, sampling_rate, rounds, steps_per_round, sampler,
                            population_size, cohort_size)
-  _check_supported(accountant, sampler)
-  relation, _ = neighboring_relation(sampler)
-
-  def make_event(z: float) -> dp_accounting.DpEvent:
-    return _constant_schedule_event(z, sampling_rate, rounds, steps_per_round, sampler,
-                                    population_size, cohort_size)
-
-  def make_accountant() -> dp_accounting.PrivacyAccountant:
-    return _make_accountant(accountant, relation, orders, interval)
-
-  def gap(z: float) -> float:
-    return make_accountant().compose(make_event(z)).get_epsilon(delta) - target_epsilon
-
-  with deduplicate_rdp_convergence_warnings():
-    lo, hi = 1.0, 1.0
-    if gap(1.0) > 0:
-      while gap(hi) > 0:
-        lo, hi = hi, 2.0 * hi
-        if hi > 2.0 ** 40:
-          raise FedJaxDpError(
-              f"target_epsilon={target_epsilon!r} needs a noise multiplier above 2**40 "
-              f"for rounds={rounds}, delta={delta!r}; it is unreachable in practice.")
-    else:
-      while gap(lo) <= 0:
-        lo, hi = lo / 2.0, lo
-        if lo < 1e-3:
-          raise FedJaxDpError(
-              f"target_epsilon={target_epsilon!r} is met even with noise multiplier "
-              f"{hi!r} (rounds={rounds}, sampling_rate={sampling_rate!r}, "
-              f"delta={delta!r}); calibration below 1e-3 is not supported.")
-    z = dp_accounting.calibrate_dp_mechanism(
-        make_accountant, make_event, target_epsilon, delta,
-        bracket_interval=dp_accounting.ExplicitBracketInterval(lo, hi), tol=tol)
-  return float(z)
+  return calibrate(
+      lambda z: _constant_schedule_event(z, sampling_rate, rounds, steps_per_round, sampler,
+                                         population_size, cohort_size),
+      target_epsilon, delta, accountant, tol, orders, pld_value_discretization_interval)
 
 
 # ---------------------------------------------------------------------------
@@ -560,9 +741,13 @@ class PrivacySummary:
     sampler: one of `SAMPLERS`.
     accountant: ``"rdp"`` or ``"pld"``.
     epsilon: epsilon spent (``inf`` if a round was non-private).
-    delta: delta in (0, 1).
+    delta: the accountant's delta in (0, 1).
     num_rounds: rounds composed.
     num_releases: noisy releases composed (sum over rounds of ``dp_steps``).
+    truncation_probability: union bound on the probability that any padded Poisson
+      draw of the run was truncated (0 without truncation).
+    delta_total: ``delta + (1 + e^epsilon) truncation_probability``: the delta of the
+      guarantee (`truncation_delta`).
   """
   privacy_unit: str
   neighboring_relation: str
@@ -572,6 +757,8 @@ class PrivacySummary:
   delta: float
   num_rounds: int
   num_releases: int
+  truncation_probability: float = 0.0
+  delta_total: Optional[float] = None
 
   def to_dict(self) -> Dict[str, Any]:
     """Plain dict (``epsilon`` may be ``inf``; JSON writers must allow it)."""
@@ -579,7 +766,8 @@ class PrivacySummary:
 
   def __str__(self) -> str:
     sampling = "Poisson sampling" if self.sampler == "poisson" else "fixed-size sampling"
-    return (f"({self.epsilon:.4g}, {self.delta:g})-DP at {self.privacy_unit} "
+    delta = self.delta if self.delta_total is None else self.delta_total
+    return (f"({self.epsilon:.4g}, {delta:.4g})-DP at {self.privacy_unit} "
             f"({self.neighboring_relation}); {sampling}, {self.num_rounds} rounds, "
             f"{self.num_releases} noisy releases, {self.accountant.upper()} accountant")
 
@@ -610,6 +798,21 @@ def _as_vector(name: str, values: Any, length: Optional[int], dtype) -> np.ndarr
   if arr.dtype.kind not in "biuf":
     raise FedJaxDpError(f"{name} must be numeric, got dtype {arr.dtype}.")
   return arr.astype(dtype)
+
+
+def _check_truncation(truncation: Any) -> Optional[Truncation]:
+  if truncation is None:
+    return None
+  if isinstance(truncation, dict):
+    truncation = Truncation(**truncation)
+  if not isinstance(truncation, Truncation):
+    raise FedJaxDpError(f"truncation must be a Truncation or None, got "
+                        f"{type(truncation).__name__}.")
+  return Truncation(check_int("truncation.population_size", truncation.population_size,
+                              minimum=1),
+                    check_int("truncation.cap", truncation.cap, minimum=1),
+                    check_int("truncation.draws_per_step", truncation.draws_per_step,
+                              minimum=1))
 
 
 class PrivacyLedger:
@@ -652,6 +855,7 @@ class PrivacyLedger:
   def __init__(self, delta: float, orders: Optional[Sequence[float]] = None,
                sampler: str = "poisson", population_size: Optional[int] = None,
                cohort_size: Optional[int] = None, privacy_unit: str = "user",
+               relation: Optional[str] = None, truncation: Optional[Truncation] = None,
                pld_value_discretization_interval: float =
                DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL):
     """Creates an empty ledger.
@@ -659,12 +863,17 @@ class PrivacyLedger:
     Args:
       delta: default target delta in (0, 1) for `epsilon` and friends.
       orders: RDP orders (> 1, finite); default `DEFAULT_RDP_ORDERS`.
-      sampler: one of `SAMPLERS`; fixes the neighbouring relation of the ledger.
+      sampler: one of `SAMPLERS`; with ``relation`` it fixes the neighbouring relation
+        of every recorded noise multiplier.
       population_size: n; required for ``"fixed_size"`` (informational otherwise).
       cohort_size: m; optional for ``"fixed_size"`` (then every recorded
         sampling rate must equal m / n; otherwise m is derived per round).
       privacy_unit: ``"user"`` or ``"record"`` (``"user-level"`` etc. accepted;
         only used in summaries).
+      relation: the neighbouring relation the recorded noise multipliers are relative
+        to (one of `RELATIONS` valid for the sampler; default `default_relation`).
+      truncation: a `Truncation` if the mechanism's Poisson draws are padded to a cap
+        (its probability, summed over rounds, is added to delta), else None.
       pld_value_discretization_interval: PLD loss grid step in nats (> 0).
 
     Raises:
@@ -686,17 +895,19 @@ class PrivacyLedger:
                               maximum=population_size)
     self._population_size = population_size
     self._cohort_size = cohort_size
-    self._relation, self._relation_text = neighboring_relation(sampler, privacy_unit)
+    self._relation, self._relation_text = neighboring_relation(sampler, privacy_unit,
+                                                               relation)
+    self._truncation = _check_truncation(truncation)
     self._runs: List[_Run] = []
     self._num_rounds = 0
     self._version = 0
     # RDP caches.
-    self._rdp_vectors: Dict[dp_accounting.DpEvent, np.ndarray] = {}
     self._nonconvergence_reported = False
     self._history: Dict[float, List[float]] = {}
     # PLD caches: accountant holding runs[:n_prefix], and results per (delta, version).
     self._pld_prefix: Optional[dp_accounting.PrivacyAccountant] = None
     self._pld_prefix_runs = 0
+    self._pld_prefix_interval: Optional[float] = None
     self._pld_results: Dict[Tuple[float, int], float] = {}
 
   # -- properties ------------------------------------------------------------
@@ -713,13 +924,18 @@ class PrivacyLedger:
 
   @property
   def sampler(self) -> str:
-    """The sampler (fixes the neighbouring relation)."""
+    """The sampler."""
     return self._sampler
 
   @property
-  def neighboring_relation(self) -> NeighborRel:
-    """The `dp_accounting.NeighboringRelation` of all accountants used."""
+  def neighboring_relation(self) -> str:
+    """The relation (one of `RELATIONS`) every recorded noise multiplier is relative to."""
     return self._relation
+
+  @property
+  def truncation(self) -> Optional[Truncation]:
+    """The `Truncation` model of the mechanism's padded draws, or None."""
+    return self._truncation
 
   @property
   def num_rounds(self) -> int:
@@ -737,9 +953,14 @@ class PrivacyLedger:
         [dp_accounting.SelfComposedDpEvent(r.event, r.count) for r in self._runs])
 
   def supports(self, accountant: str) -> bool:
-    """Whether ``epsilon(accountant=...)`` is available for this ledger's sampler."""
+    """Whether ``epsilon(accountant=...)`` is available: PLD is not for events of
+    sampling without replacement (fixed-size cohorts smaller than the population)."""
     check_choice("accountant", accountant, ACCOUNTANTS)
-    return not (accountant == "pld" and self._sampler == "fixed_size")
+    if accountant == "rdp":
+      return True
+    if self._runs:
+      return not any(_has_sampling_without_replacement(r.event) for r in self._runs)
+    return self._sampler == "poisson" or self._cohort_size == self._population_size
 
   # -- recording -------------------------------------------------------------
 
@@ -751,7 +972,8 @@ class PrivacyLedger:
 
   def _append(self, z: float, q: float, steps: int, count: int) -> None:
     event = self._round_event(z, q, steps)
-    if self._runs and self._runs[-1].event == event:
+    if (self._runs and self._runs[-1].event == event
+        and self._runs[-1].sampling_rate == q):
       self._runs[-1].count += count
     else:
       self._runs.append(_Run(event, z, q, steps, count))
@@ -763,8 +985,8 @@ class PrivacyLedger:
     """Records ``count`` identical rounds.
 
     Args:
-      noise_multiplier: z >= 0 (noise std / L2 sensitivity); numpy / jax scalars
-        are converted to float64 exactly.
+      noise_multiplier: z >= 0 (noise std / L2 sensitivity under the ledger's relation);
+        numpy / jax scalars are converted to float64 exactly.
       sampling_rate: q in (0, 1].
       dp_steps: noisy releases composed in the round (int >= 1).
       count: number of identical rounds (int >= 1).
@@ -784,7 +1006,7 @@ class PrivacyLedger:
 
     Args:
       noise_multipliers: 1-D array-like [L] of z >= 0 (float32 from the device is
-        converted exactly to float64).
+        converted exactly to float64), relative to the ledger's relation.
       sampling_rates: 1-D [L] of q in (0, 1], or a scalar for all rounds.
       dp_steps: 1-D [L] of ints >= 1 (integer-valued floats accepted), or a scalar.
 
@@ -823,21 +1045,36 @@ class PrivacyLedger:
         self._append(*seg)
     return self.epsilon_history(start=start)
 
+  # -- truncation ------------------------------------------------------------
+
+  def truncation_probability(self) -> float:
+    """Union bound on the probability that any padded Poisson draw of the recorded
+    rounds was truncated (0 without a `Truncation`)."""
+    if self._truncation is None:
+      return 0.0
+    return min(1.0, sum(r.count * self._truncation.probability(r.sampling_rate, r.dp_steps)
+                        for r in self._runs))
+
+  def delta_total(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """The delta of the guarantee: ``delta + truncation_delta(epsilon, p)``."""
+    delta = self._delta if delta is None else check_delta(delta)
+    p = self.truncation_probability()
+    if p == 0.0:
+      return delta
+    return delta + truncation_delta(self.epsilon(delta, accountant), p)
+
   # -- RDP -------------------------------------------------------------------
 
   def _run_rdp(self, run: _Run) -> Tuple[np.ndarray, int]:
     """(RDP vector of the run's base event, releases per round)."""
     base, steps = _split_self_composed(run.event)
-    vec = self._rdp_vectors.get(base)
-    if vec is None:
-      vec, seen = _rdp_of(base, self._orders, self._relation)
-      self._rdp_vectors[base] = vec
-      if seen:
-        if not self._nonconvergence_reported:
-          _log.warning("%s", _nonconvergence_message(seen))
-          self._nonconvergence_reported = True
-        else:
-          _log.debug("%s", _nonconvergence_message(seen))
+    vec, seen = _rdp_of(base, self._orders, dp_accounting_relation(base))
+    if seen:
+      if not self._nonconvergence_reported:
+        _log.warning("%s", _nonconvergence_message(seen))
+        self._nonconvergence_reported = True
+      else:
+        _log.debug("%s", _nonconvergence_message(seen))
     return vec, steps
 
   def rdp(self) -> np.ndarray:
@@ -889,12 +1126,26 @@ class PrivacyLedger:
 
   # -- PLD -------------------------------------------------------------------
 
+  def _pld_interval_for(self, delta: float) -> float:
+    """The PLD discretisation: the ledger's, coarsened to ``epsilon_rdp * 1e-5`` nats for
+    very large epsilons (a Gaussian with z ~ 0.01 has privacy losses in the thousands;
+    a 1e-4 grid over them needs terabytes). dp_accounting discretises pessimistically,
+    so the coarser grid still gives an upper bound."""
+    eps_rdp = self._rdp_epsilon(delta)
+    if not math.isfinite(eps_rdp):
+      return self._pld_interval
+    return max(self._pld_interval, eps_rdp * 1e-5)
+
   def _pld_epsilon(self, delta: float) -> float:
     key = (delta, self._version)
     if key in self._pld_results:
       return self._pld_results[key]
-    if self._pld_prefix is None:
-      self._pld_prefix = _make_accountant("pld", self._relation, None, self._pld_interval)
+    interval = self._pld_interval_for(delta)
+    if self._pld_prefix is None or interval != self._pld_prefix_interval:
+      # No sampling without replacement here (`supports`): shift semantics throughout.
+      self._pld_prefix = _make_accountant("pld", NeighborRel.ADD_OR_REMOVE_ONE, None,
+                                          interval)
+      self._pld_prefix_runs, self._pld_prefix_interval = 0, interval
     runs = self._runs
     while self._pld_prefix_runs < len(runs) - 1:
       run = runs[self._pld_prefix_runs]
@@ -922,11 +1173,12 @@ class PrivacyLedger:
 
     Raises:
       FedJaxDpError: invalid ``delta`` / ``accountant``.
-      UnsupportedAccountingError: ``"pld"`` with the ``"fixed_size"`` sampler.
+      UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
     """
     delta = self._delta if delta is None else check_delta(delta)
     check_choice("accountant", accountant, ACCOUNTANTS)
-    _check_supported(accountant, self._sampler)
+    if not self.supports(accountant):
+      _raise_unsupported()
     if accountant == "rdp":
       return self._rdp_epsilon(delta)
     return self._pld_epsilon(delta)
@@ -935,13 +1187,15 @@ class PrivacyLedger:
               ) -> PrivacySummary:
     """A `PrivacySummary` of all recorded rounds (see `epsilon` for the arguments)."""
     eps = self.epsilon(delta, accountant)
+    delta = self._delta if delta is None else float(delta)
     return PrivacySummary(
         privacy_unit=f"{self._privacy_unit}-level",
         neighboring_relation=self._relation_text, sampler=self._sampler,
-        accountant=accountant, epsilon=eps,
-        delta=self._delta if delta is None else float(delta),
+        accountant=accountant, epsilon=eps, delta=delta,
         num_rounds=self._num_rounds,
-        num_releases=sum(r.count * r.dp_steps for r in self._runs))
+        num_releases=sum(r.count * r.dp_steps for r in self._runs),
+        truncation_probability=self.truncation_probability(),
+        delta_total=self.delta_total(delta, accountant))
 
   # -- serialisation ---------------------------------------------------------
 
@@ -957,9 +1211,11 @@ class PrivacyLedger:
         "delta": self._delta,
         "orders": list(self._orders),
         "sampler": self._sampler,
+        "relation": self._relation,
         "population_size": self._population_size,
         "cohort_size": self._cohort_size,
         "privacy_unit": self._privacy_unit,
+        "truncation": None if self._truncation is None else self._truncation._asdict(),
         "pld_value_discretization_interval": self._pld_interval,
         "runs": [{"noise_multiplier": r.noise_multiplier,
                   "sampling_rate": r.sampling_rate,
@@ -971,7 +1227,9 @@ class PrivacyLedger:
     """Inverse of `to_dict`.
 
     Raises:
-      FedJaxDpError: not a ledger dict, an unknown version, or invalid values.
+      FedJaxDpError: not a ledger dict, an unknown version (version 1 ledgers held
+        fixed-size noise multipliers relative to the add/remove sensitivity and are
+        refused), or invalid values.
     """
     if not isinstance(state, dict) or state.get("format") != _LEDGER_FORMAT:
       got = (f"format={state.get('format')!r}" if isinstance(state, dict)
@@ -981,10 +1239,13 @@ class PrivacyLedger:
           f"format={_LEDGER_FORMAT!r}, got {got}.")
     if state.get("version") != _LEDGER_VERSION:
       raise FedJaxDpError(f"state version must be {_LEDGER_VERSION}, got "
-                          f"{state.get('version')!r}.")
+                          f"{state.get('version')!r} (version 1 ledgers stored noise "
+                          "multipliers under another convention; recompute from "
+                          "metrics.jsonl).")
     ledger = cls(delta=state["delta"], orders=state["orders"], sampler=state["sampler"],
                  population_size=state["population_size"],
                  cohort_size=state["cohort_size"], privacy_unit=state["privacy_unit"],
+                 relation=state["relation"], truncation=state["truncation"],
                  pld_value_discretization_interval=state[
                      "pld_value_discretization_interval"])
     for i, run in enumerate(state["runs"]):
@@ -996,5 +1257,5 @@ class PrivacyLedger:
     return ledger
 
   def __repr__(self) -> str:
-    return (f"PrivacyLedger(sampler={self._sampler!r}, delta={self._delta!r}, "
-            f"rounds={self._num_rounds}, runs={len(self._runs)})")
+    return (f"PrivacyLedger(sampler={self._sampler!r}, relation={self._relation!r}, "
+            f"delta={self._delta!r}, rounds={self._num_rounds}, runs={len(self._runs)})")

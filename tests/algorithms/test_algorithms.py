@@ -12,6 +12,7 @@ from fedjax_dp.federated import PopulationData, RoundHParams, constant_schedule,
 from fedjax_dp.federated.driver import make_block_fn, make_evaluator
 from fedjax_dp.federated.sampling import poisson_k_max
 from fedjax_dp.models import create_model
+from fedjax_dp.privacy import accounting
 from fedjax_dp.validation import FedJaxDpError
 
 
@@ -155,14 +156,18 @@ def test_builder_attributes(env):
   n = fd.num_clients
   alg = dp_fedavg(model, fd, clients_per_round=6)
   assert alg.k_max == poisson_k_max(n, 6 / n)
-  assert stats.binom.sf(alg.k_max, n, 6 / n) < 1e-9
+  assert stats.binom.sf(alg.k_max, n + 1, 6 / n) < 1e-12
   assert alg.hparams.sampling_rate == pytest.approx(6 / n)
-  assert alg.privacy.sampler == "poisson" and alg.privacy.event_kwargs == {"sampler": "poisson"}
-  assert "add/remove" in alg.privacy.neighboring
+  spec = alg.privacy
+  assert (spec.sampler, spec.relation, spec.event_scale) == ("poisson", "add_remove", 1.0)
+  assert spec.truncation == accounting.Truncation(n, alg.k_max, 1)
+  assert "add/remove" in spec.neighboring
   fixed = dp_fedavg(model, fd, clients_per_round=6, sampler="fixed_size")
   assert fixed.k_max == 6 and "replace" in fixed.privacy.neighboring
-  assert fixed.privacy.event_kwargs == {"sampler": "fixed_size", "population_size": n,
-                                        "cohort_size": 6}
+  # Replace-one: the sensitivity of a sum clipped to C is 2C, so the event's z is half.
+  assert (fixed.privacy.relation, fixed.privacy.event_scale) == ("replace_one", 0.5)
+  assert (fixed.privacy.population_size, fixed.privacy.cohort_size) == (n, 6)
+  assert fixed.privacy.truncation is None
   by_rate = dp_fedavg(model, fd, sampling_rate=0.26, sampler="fixed_size")
   assert by_rate.k_max == round(0.26 * n)
   assert by_rate.hparams.sampling_rate == pytest.approx(by_rate.k_max / n)

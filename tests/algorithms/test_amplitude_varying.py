@@ -60,13 +60,17 @@ def test_calibration_and_privacy_spec(env):
   fd, _, _, _ = env
   alg = _alg(env)
   cfg = alg.config
-  assert cfg["sensitivity"] == pytest.approx(2 * 1.0 / 10)  # 2C / min |D_k|
+  # eq. (8) calibrates with the paper's Delta_s = 2C / min |D_k| ...
+  assert cfg["sensitivity_paper"] == pytest.approx(2 * 1.0 / 10)
+  assert cfg["calibration_sensitivity"] == cfg["sensitivity_paper"]
+  # ... but the guarantee uses what the code enforces: the parameter ball's 2C.
+  assert cfg["sensitivity"] == pytest.approx(2 * 1.0)
   assert cfg["sampling_rate"] == pytest.approx(5 / 20)
   np.testing.assert_allclose(cfg["stddevs"], schedules.geometric_schedule(
       10.0, 1e-3, 0.25, 0.2, 1.05, 6))
-  assert alg.privacy.unit == "record-level" and alg.privacy.sampler == "fixed_size"
-  assert alg.privacy.event_kwargs["population_size"] == 20
-  assert alg.privacy.event_kwargs["cohort_size"] == 5
+  spec = alg.privacy
+  assert spec.unit == "record-level" and spec.sampler == "fixed_size"
+  assert (spec.relation, spec.population_size, spec.cohort_size) == ("replace_one", 20, 5)
 
 
 def test_noise_off_equals_clipped_fedavg_of_models(env):
@@ -138,8 +142,11 @@ def test_train_records_schedule_and_both_epsilons(env):
   _, recs = av.train(alg, pop, jax.random.key(0), evaluate=evaluate)
   assert [r["round"] for r in recs] == list(range(6))
   np.testing.assert_allclose([r["noise_stddev"] for r in recs], alg.config["stddevs"])
+  # The guarantee's z uses 2C (what the code enforces); the conditional one Delta_s.
   np.testing.assert_allclose([r["noise_multiplier"] for r in recs],
-                             np.asarray(alg.config["stddevs"]) / 0.2)
+                             np.asarray(alg.config["stddevs"]) / 2.0, rtol=1e-6)
+  np.testing.assert_allclose([r["noise_multiplier_conditional"] for r in recs],
+                             np.asarray(alg.config["stddevs"]) / 0.2, rtol=1e-6)
   assert recs[-1]["epsilon_paper"] == pytest.approx(10.0)  # eq. (8) spends the budget
   # deterministic under a fixed key
   _, again = av.train(alg, pop, jax.random.key(0), evaluate=evaluate)
@@ -179,7 +186,7 @@ def test_bad_arguments(env):
 
 def test_noise_controller_restores_a_refined_run():
   """A resumed run continues with the sigma_m the uninterrupted run would use."""
-  cfg = dict(epsilon=10.0, delta=1e-3, sampling_rate=0.1, sensitivity=1 / 60,
+  cfg = dict(epsilon=10.0, delta=1e-3, sampling_rate=0.1, calibration_sensitivity=1 / 60,
              vartheta=1.05, rounds=20, mechanism="gaussian",
              stddevs=list(schedules.geometric_schedule(10.0, 1e-3, 0.1, 1 / 60, 1.05, 20)))
   losses = [1.0, 0.9, 0.95, 0.8, 0.7, 0.75, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]

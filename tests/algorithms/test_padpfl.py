@@ -125,12 +125,16 @@ def test_client_plus_server_noise_has_total_stddev_sigma_a():
   fn, state, pop = _round(dim, "local_and_central")
   p = np.array([0.0, 0.1, 0.2, 0.3, 0.4, 0.0], np.float32)
   lv = nbafl.noise_levels(p, 1.0, 30, 1, 150, 5.0, 0.01)
-  hp = RoundHParams(1.0, lv.sigma_c, 1.0, client_weights=p, server_noise_stddev=lv.sigma_s)
+  hp = RoundHParams(1.0, lv.sigma_c, 1.0, client_weights=p, server_noise_stddev=lv.sigma_s,
+                    sensitivity=2.0)
   new, m = fn(state, pop, hp, jax.random.key(3))
   noise_part = np.asarray(new.params["w"])[N:]  # coordinates no client updates
   assert np.std(noise_part) == pytest.approx(lv.sigma_a, rel=0.02)
   assert float(m.noise_stddev) == pytest.approx(lv.sigma_c, rel=1e-6)
   assert float(m.server_noise_stddev) == pytest.approx(lv.sigma_s, rel=1e-6)
+  # The round reports sigma_C over the sensitivity it was told the uploads have.
+  assert float(m.noise_multiplier) == pytest.approx(lv.sigma_c / 2.0, rel=1e-6)
+  assert float(m.sensitivity) == 2.0
   # Without the server top-up only sigma_AC remains (a test that fails if n_s is lost).
   new0, _ = fn(state, pop, hp._replace(server_noise_stddev=0.0), jax.random.key(3))
   assert np.std(np.asarray(new0.params["w"])[N:]) == pytest.approx(lv.sigma_ac, rel=0.02)
@@ -155,16 +159,20 @@ def test_config_carries_the_papers_noise_values_per_round(env):
     np.testing.assert_allclose(alg.config[k], getattr(lv, k), rtol=1e-12)
   hp = pad.schedule_hparams(alg.config)
   np.testing.assert_allclose(hp.client_weights, sched, rtol=1e-6)
-  np.testing.assert_allclose(hp.noise_multiplier * hp.clip_norm, lv.sigma_c, rtol=1e-6)
-  # z_up = R c / epsilon (eq. 8 over the sensitivity 2B/m_min of eq. 7)
-  np.testing.assert_allclose(hp.noise_multiplier, 2 * nbafl.gaussian_constant(0.01) / 5.0,
-                             rtol=1e-6)
+  np.testing.assert_allclose(hp.noise_stddev, lv.sigma_c, rtol=1e-6)
+  # The paper's z_up = R c / epsilon (eq. 8 over its sensitivity 2B/m_min, eq. 7) is
+  # conditional; the guarantee's sensitivity is 2B, what the weight clipping enforces.
+  cfg = alg.config
+  assert cfg["sensitivity_paper"] == pytest.approx(2 * 5.0 / int(fd.counts.min()))
+  assert cfg["sensitivity"] == 10.0 and np.all(hp.sensitivity == 10.0)
+  np.testing.assert_allclose(np.asarray(hp.noise_stddev) / cfg["sensitivity_paper"],
+                             2 * nbafl.gaussian_constant(0.01) / 5.0, rtol=1e-6)
   np.testing.assert_allclose(hp.server_noise_stddev, lv.sigma_s, rtol=1e-6)
   assert hp.client.final_param_clip_norm[0] == 5.0
   # Non-private mode: no clipping compiled, no noise.
   npriv = pad.schedule_hparams(_alg(env, private=False).config)
   assert npriv.client.final_param_clip_norm is None
-  assert np.all(npriv.server_noise_stddev == 0) and np.all(npriv.noise_multiplier == 0)
+  assert np.all(npriv.server_noise_stddev == 0) and np.all(npriv.noise_stddev == 0)
 
 
 def test_non_private_learns_and_private_metrics_report_the_noise(env):
@@ -222,11 +230,12 @@ def test_accountant_epsilons_beside_the_papers(env):
   e = pad.nominal_and_accountant_epsilons(alg.config)
   assert e["epsilon_paper"] == 20.0
   # All T uploads seen cost far more than R = 1 (the paper's assumption) ...
-  assert e["epsilon_rdp_uplink_all_uploads"] > 5 * e["epsilon_rdp_uplink"]
+  assert (e["epsilon_rdp_uplink_all_uploads_conditional"]
+          > 5 * e["epsilon_rdp_uplink_conditional"])
   # ... and the downlink (z = T c / epsilon) is below the nominal epsilon (note 3.9).
-  assert e["epsilon_rdp_downlink"] < 20.0
+  assert e["epsilon_rdp_downlink_conditional"] < 20.0
   assert pad.nominal_and_accountant_epsilons(_alg(env, private=False).config)[
-      "epsilon_rdp_downlink"] == float("inf")
+      "epsilon_rdp_downlink_conditional"] == float("inf")
 
 
 def test_a_run_continued_from_its_state_equals_the_whole_run(env):

@@ -54,7 +54,10 @@ def test_scenarios_quick_writes_every_scenario(quick_dir):
   assert r["sigma_a"] == pytest.approx(2 * b * 3 * cst * (1 / 30) / (150 * 5.0), rel=1e-9)
   assert r["noise_stddev_reported"][0] == pytest.approx(r["sigma_c"], rel=1e-5)
   assert r["epsilon_paper"] == 5.0
-  assert r["epsilon_rdp_uplink_all_uploads"] > r["epsilon_rdp_uplink"] > 0
+  assert (r["epsilon_rdp_uplink_all_uploads_conditional"]
+          > r["epsilon_rdp_uplink_conditional"] > 0)
+  # The guarantee (weight ball 2B, not the paper's 2B / m_min) is far larger.
+  assert r["epsilon_rdp"] > 10 * r["epsilon_rdp_uplink_all_uploads_conditional"]
   # Scenario 4 switches weights and data after round 1 of 3 in quick mode.
   assert _load(quick_dir / "scenario4_fashion_mnist.json")["meta"]["switch_after"] == 1
 

@@ -234,8 +234,9 @@ def test_dp_sgd_config():
 def test_dp_sgd_no_noise_huge_clip_is_gradient_descent(n):
   x, y = _data(8)
   cu = _dp_client(3)
+  # The public denominator equals the client's n here, so DP-SGD is plain GD.
   hp = ClientHParams(record_clip_norm=1e6, record_noise_multiplier=0.0,
-                     record_sampling_rate=1.0)
+                     record_sampling_rate=1.0, record_denominator=float(n))
   delta, m = cu(PARAMS, x, y, jnp.int32(n), jax.random.key(0), hp)
   _assert_tree_close(delta, _gd_reference(x, y, n, 3))
   assert int(m.num_steps) == 3
@@ -251,7 +252,7 @@ def test_dp_sgd_example_clip_fraction_and_bound():
   per_ex_norms = np.array([_tree_norm(_grad(PARAMS, x[i:i + 1], y[i:i + 1], 1))
                            for i in range(n)])
   for c in (1e-6, float(np.median(per_ex_norms)), 1e6):
-    hp = ClientHParams(c, 0.0, 1.0)
+    hp = ClientHParams(c, 0.0, 1.0, record_denominator=float(n))
     delta, m = cu(PARAMS, x, y, jnp.int32(n), jax.random.key(0), hp)
     np.testing.assert_allclose(float(m.example_clip_fraction), np.mean(per_ex_norms > c),
                                atol=1e-6)
@@ -266,19 +267,34 @@ def test_dp_sgd_noise_std():
   x, y = _data(10, max_n=n, dim=dim)
   y = y % classes
   cu = _dp_client(1, max_n=n, model=model, lr=lr)
-  clean, _ = cu(params, x, y, jnp.int32(n), jax.random.key(1), ClientHParams(c, 0.0, 1.0))
-  noisy, _ = cu(params, x, y, jnp.int32(n), jax.random.key(1), ClientHParams(c, z, 1.0))
-  diff = np.concatenate([np.ravel(np.asarray(a) - np.asarray(b)) for a, b in zip(
+  b = 5.0  # the public denominator, not the client's n = 8
+  hp = lambda zz: ClientHParams(c, zz, 1.0, record_denominator=b)
+  clean, _ = cu(params, x, y, jnp.int32(n), jax.random.key(1), hp(0.0))
+  noisy, _ = cu(params, x, y, jnp.int32(n), jax.random.key(1), hp(z))
+  diff = np.concatenate([np.ravel(np.asarray(a) - np.asarray(b_)) for a, b_ in zip(
       jax.tree_util.tree_leaves(noisy), jax.tree_util.tree_leaves(clean))])
-  expected = lr * z * c / n  # noise N(0, (z C)^2) on the sum, divided by q n
+  expected = lr * z * c / b  # noise N(0, (z C)^2) on the sum, divided by b
   assert abs(diff.std() - expected) <= 6 * expected / np.sqrt(2 * diff.size)
+
+
+def test_dp_sgd_divides_by_the_public_denominator_not_the_client_size():
+  """Issue 13, 1d: the step is the clipped sum over b, whatever the client's size."""
+  n = 8
+  x, y = _data(9)
+  cu = _dp_client(1)
+  hp = lambda b: ClientHParams(1e6, 0.0, 1.0, record_denominator=b)
+  d4, _ = cu(PARAMS, x, y, jnp.int32(n), jax.random.key(0), hp(4.0))
+  d8, _ = cu(PARAMS, x, y, jnp.int32(n), jax.random.key(0), hp(8.0))
+  _assert_tree_close(d4, jax.tree_util.tree_map(lambda l: 2.0 * l, d8))
+  with pytest.raises(FedJaxDpError, match="record_denominator"):
+    cu(PARAMS, x, y, jnp.int32(n), jax.random.key(0), ClientHParams(1.0, 1.0, 1.0))
 
 
 def test_dp_sgd_poisson_batches_ignore_padding():
   n = 6
   x, y = _data(11)
   cu = _dp_client(5, q=0.5)
-  hp = ClientHParams(1.0, 0.5, 0.5)
+  hp = ClientHParams(1.0, 0.5, 0.5, record_denominator=3.0)
   ref = cu(PARAMS, x, y, jnp.int32(n), jax.random.key(2), hp)
   x2 = x.at[n:].set(jnp.nan)
   y2 = y.at[n:].set(99)

@@ -17,18 +17,20 @@ NUM_SE = 6.0
 @pytest.mark.parametrize("n,q", [(10, 0.5), (100, 0.1), (1000, 0.01), (3400, 0.003),
                                  (50, 0.9), (100000, 0.001), (7, 1e-12)])
 def test_poisson_k_max_overflow_below_target(n, q):
+  """The tail is taken over N + 1 clients (a neighbouring population may hold one more:
+  the truncation probability enters delta), and k_max may be N + 1 (no overflow)."""
   k = poisson_k_max(n, q)
-  assert 1 <= k <= n
-  assert stats.binom.sf(k, n, q) < 1e-9
-  if 1 < k < n:  # and it is the smallest such k
-    assert stats.binom.sf(k - 1, n, q) >= 1e-9
+  assert 1 <= k <= n + 1
+  assert stats.binom.sf(k, n + 1, q) < 1e-12
+  if 1 < k < n + 1:  # and it is the smallest such k
+    assert stats.binom.sf(k - 1, n + 1, q) >= 1e-12
 
 
 def test_poisson_k_max_edge_cases():
-  assert poisson_k_max(37, 1.0) == 37
-  assert poisson_k_max(1, 0.5) == 1
+  assert poisson_k_max(37, 1.0) == 38
+  assert poisson_k_max(1, 0.5) == 2  # N + 1: nothing can overflow
   k_loose = poisson_k_max(1000, 0.05, overflow_prob=1e-3)
-  assert stats.binom.sf(k_loose, 1000, 0.05) < 1e-3
+  assert stats.binom.sf(k_loose, 1001, 0.05) < 1e-3
   assert k_loose < poisson_k_max(1000, 0.05)
   for args, name in (((0, 0.1), "population_size"), ((10, 0.0), "sampling_rate"),
                      ((10, 1.5), "sampling_rate"), ((10, float("nan")), "sampling_rate"),
@@ -105,10 +107,9 @@ def test_poisson_sampler_create():
   s = PoissonSampler.create(200, 0.05)
   assert s.k_max == poisson_k_max(200, 0.05)
   assert s.expected_cohort_size == pytest.approx(10.0)
-  assert s.dp_event_kwargs() == {"sampler": "poisson"}
-  assert PoissonSampler.create(200, 0.05, k_max=200).k_max == 200
+  assert PoissonSampler.create(200, 0.05, k_max=201).k_max == 201  # N + 1: no overflow
   with pytest.raises(FedJaxDpError, match="k_max"):
-    PoissonSampler.create(200, 0.05, k_max=201)
+    PoissonSampler.create(200, 0.05, k_max=202)
   with pytest.raises(FedJaxDpError, match="sampling_rate"):
     PoissonSampler.create(200, 0.0)
 
@@ -117,8 +118,6 @@ def test_fixed_size_sampler():
   n, m = 40, 7
   s = FixedSizeSampler.create(n, m)
   assert s.k_max == m and s.sampling_rate == pytest.approx(m / n)
-  assert s.dp_event_kwargs() == {"sampler": "fixed_size", "population_size": n,
-                                 "cohort_size": m}
   sample = jax.jit(jax.vmap(s.sample))
   cohorts = sample(jax.random.split(jax.random.key(0), 1000))
   idx = np.asarray(cohorts.indices)

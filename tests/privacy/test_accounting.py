@@ -110,12 +110,39 @@ def test_zero_noise_is_non_private():
 
 def test_neighboring_relation():
   rel, text = accounting.neighboring_relation("poisson", "user")
-  assert rel is ADD_REMOVE and "add/remove" in text and "user" in text
+  assert rel == "add_remove" and "add/remove" in text and "user" in text
   rel, text = accounting.neighboring_relation("fixed_size", "record")
-  assert rel is REPLACE_ONE and "replace-one" in text and "record" in text
+  assert rel == "replace_one" and "replace-one" in text and "record" in text
+  rel, text = accounting.neighboring_relation("poisson", "user", "zero_out")
+  assert rel == "zero_out" and "null dataset" in text
   assert set(accounting.SAMPLERS) == {"poisson", "fixed_size"}
   with pytest.raises(FedJaxDpError, match="sampler"):
     accounting.neighboring_relation("shuffle")
+  # Each sampler's DpEvent is valid under its own relations only.
+  with pytest.raises(FedJaxDpError, match="does not fit"):
+    accounting.neighboring_relation("fixed_size", relation="add_remove")
+  with pytest.raises(FedJaxDpError, match="does not fit"):
+    accounting.neighboring_relation("poisson", relation="replace_one")
+  with pytest.raises(FedJaxDpError, match="neighboring_relation"):
+    accounting.neighboring_relation("poisson", relation="swap")
+
+
+def test_dp_accounting_relation_gives_every_gaussian_shift_semantics():
+  """dp_accounting's PLD reads GaussianDpEvent(z) under REPLACE_ONE as a shift of 2/z (its
+  RDP as 1/z): events without sampling without replacement are composed under
+  ADD_OR_REMOVE_ONE, so z = std / sensitivity means the same in both accountants."""
+  g = dp_accounting.GaussianDpEvent(1.0)
+  assert accounting.dp_accounting_relation(g) is ADD_REMOVE
+  assert accounting.dp_accounting_relation(poisson(1.0, 0.1)) is ADD_REMOVE
+  swor = dp_accounting.SampledWithoutReplacementDpEvent(10, 5, g)
+  assert accounting.dp_accounting_relation(
+      dp_accounting.SelfComposedDpEvent(swor, 3)) is REPLACE_ONE
+  # The premise: dp_accounting's own PLD under REPLACE_ONE doubles the shift.
+  pld_replace = dp_pld.PLDAccountant(REPLACE_ONE).compose(g).get_epsilon(DELTA)
+  pld_shift = dp_pld.PLDAccountant(ADD_REMOVE).compose(g).get_epsilon(DELTA)
+  rdp = dp_rdp.RdpAccountant(neighboring_relation=REPLACE_ONE).compose(g).get_epsilon(DELTA)
+  assert pld_replace > 1.5 * pld_shift and rdp < 1.5 * pld_shift
+  assert accounting.event_epsilon(g, DELTA, "pld") == pytest.approx(pld_shift, rel=1e-9)
 
 
 # --------------------------------------------------------------------------
@@ -162,7 +189,7 @@ def test_fixed_size_ledger_uses_replace_one_and_rdp_only():
   event = dp_accounting.SampledWithoutReplacementDpEvent(
       100, 10, dp_accounting.GaussianDpEvent(1.5))
   assert ledger.events == [(event, 5)]
-  assert ledger.neighboring_relation is REPLACE_ONE
+  assert ledger.neighboring_relation == "replace_one"
   assert ledger.epsilon() == pytest.approx(
       direct_rdp_epsilon([event] * 5, relation=REPLACE_ONE), rel=1e-12)
   assert not ledger.supports("pld") and ledger.supports("rdp")
@@ -335,6 +362,46 @@ def test_pld_fixed_size_is_unsupported():
   with pytest.raises(accounting.UnsupportedAccountingError, match="PLDAccountant"):
     accounting.compute_epsilon(1.0, 0.1, 10, DELTA, sampler="fixed_size",
                                population_size=100, accountant="pld")
+
+
+def test_a_cohort_of_the_whole_population_is_a_plain_gaussian():
+  """Issue 13, 1f: m = N is no sampling: GaussianDpEvent (PLD allowed, and tighter than
+  SampledWithoutReplacementDpEvent(N, N)). PADPFL's setting: T = 30, delta = 0.01,
+  z = c / epsilon at epsilon = 5: the old event gave 63.49, the exact (PLD) value is
+  58.45 (numbers of the issue)."""
+  z = math.sqrt(2 * math.log(1.25 / 0.01)) / 5
+  event = accounting.make_dp_event(z, sampler="fixed_size", population_size=60,
+                                   cohort_size=60)
+  assert event == dp_accounting.GaussianDpEvent(z)
+  ledger = PrivacyLedger(0.01, sampler="fixed_size", population_size=60, cohort_size=60)
+  assert ledger.supports("pld")
+  ledger.record(z, 1.0, count=30)
+  old = direct_rdp_epsilon([dp_accounting.SelfComposedDpEvent(
+      dp_accounting.SampledWithoutReplacementDpEvent(60, 60, dp_accounting.GaussianDpEvent(z)),
+      30)], 0.01, REPLACE_ONE)
+  assert old == pytest.approx(63.49, abs=0.01)
+  assert ledger.epsilon(accountant="pld") == pytest.approx(58.45, abs=0.01)
+  assert ledger.epsilon() <= old + 1e-9
+
+
+def test_truncation_is_added_to_delta():
+  """Issue 13, 1f: a padded Poisson draw that overflows its cap changes the mechanism on
+  that event; the union bound over the rounds' draws enters delta as (1 + e^eps) p."""
+  from scipy import stats
+  trunc = accounting.Truncation(population_size=100, cap=20, draws_per_step=3)
+  ledger = PrivacyLedger(DELTA, truncation=trunc)
+  ledger.record(1.0, 0.1, dp_steps=2, count=5)
+  p = 5 * 3 * 2 * stats.binom.sf(20, 101, 0.1)
+  assert ledger.truncation_probability() == pytest.approx(p, rel=1e-12)
+  eps = ledger.epsilon()
+  assert ledger.delta_total() == pytest.approx(DELTA + (1 + math.exp(eps)) * p, rel=1e-12)
+  assert ledger.summary().delta_total == ledger.delta_total()
+  # A cap above the largest possible draw never truncates.
+  none = PrivacyLedger(DELTA, truncation=accounting.Truncation(100, 101, 1))
+  none.record(1.0, 0.5, count=10)
+  assert none.truncation_probability() == 0.0 and none.delta_total() == DELTA
+  restored = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
+  assert restored.truncation_probability() == ledger.truncation_probability()
 
 
 # --------------------------------------------------------------------------

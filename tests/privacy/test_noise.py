@@ -142,7 +142,11 @@ def test_round_noise_std_with_zero_updates(noise_mode):
   _check_gaussian(delta, expected)
   np.testing.assert_allclose(float(metrics.noise_stddev), z * c, rtol=1e-6)
   np.testing.assert_allclose(float(metrics.noise_multiplier), z, rtol=1e-6)
-  np.testing.assert_allclose(float(metrics.sampling_rate), q, rtol=1e-6)
+  np.testing.assert_allclose(float(metrics.sensitivity), c, rtol=1e-6)
+  # Local noise under Poisson sampling: a client's noise arrives with its update, so its
+  # participation is visible and the round's DpEvent claims no amplification (q = 1).
+  np.testing.assert_allclose(float(metrics.sampling_rate),
+                             q if noise_mode == "central" else 1.0, rtol=1e-6)
   assert int(metrics.dp_steps) == 1
   # Noise is fresh each round (round counter advances) and reproducible per seed.
   state2, _ = round_fn(new_state, _population(n_clients), hp, jax.random.key(0))

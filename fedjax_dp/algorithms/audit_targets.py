@@ -1,0 +1,432 @@
+"""Canary-audit targets of every shipped mechanism, and the deliberate breaks that re-
+introduce the bugs the audit must catch (``fedjax-dp audit --algorithm NAME
+[--break B]``).
+
+Each `Target` builds a `fedjax_dp.auditing.Setup` from the algorithm's own builder
+(its sampler, clipping, local training, noise, server step, reported noise multiplier
+and `PrivacySpec`) on a tiny population with a canary, at a size where a 20,000-
+repetition audit can prove an epsilon above the claim when the noise is half what is
+claimed. The breaks:
+
+* ``noise-half``: the round adds half the noise the run claims (every target);
+* ``noise-off``, ``no-clip``: no noise / no clipping, claim unchanged (DP-FedAvg);
+* ``fixed-size-z``: fixed-size cohorts accounted with ``std / C`` instead of the
+  replace-one ``std / 2C`` (issue 13, 1a);
+* ``min-over-sampled``: per-client noise multipliers reported as the smallest over the
+  clients *sampled* in the round, and rounds without them composed as nothing (1b);
+* ``paper-sensitivity``: papers 000/004 accounted with the paper's assumed sensitivity
+  2C/|D_k|, which unclipped local training does not enforce (1c);
+* ``count-denominators``: local DP-SGD divided by the client's own ``q n_k`` and empty
+  clients skipping their steps (1d).
+
+A broken target's claim is what the broken code would report; the fixed target's claim
+is its ledger's epsilon from the metrics its rounds report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Dict, List
+
+import dp_accounting
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+
+from fedjax_dp.auditing import Setup, ledger_claim, population, stored_update_client
+from fedjax_dp.federated import keys as keylib
+from fedjax_dp.models import create_model
+from fedjax_dp.privacy import accounting
+from fedjax_dp.validation import FedJaxDpError
+
+#: The delta of every audit claim (a larger delta lowers the claim, not the bound, so
+#: audits of this size can catch smaller violations).
+DELTA = 1e-3
+_D, _CLASSES = 4, 2          # linear model: 4 features, 2 classes, P = 10 parameters
+COMMON_BREAKS = {"none": "the shipped code",
+                 "noise-half": "the round adds half the noise the run claims"}
+#: Breaks that change only what the code claims, not what the round does: they share
+#: the shipped code's simulation (`fedjax_dp.auditing.Setup.simulation_key`).
+CLAIM_ONLY_BREAKS = ("none", "fixed-size-z", "min-over-sampled", "paper-sensitivity")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+  """One audited mechanism (a row of the README's mechanism table).
+
+  Attributes:
+    name: ``algorithm/variant``.
+    algorithm: the registry name.
+    mechanism: unit, relation, sampler and sensitivity, in words.
+    breaks: break name -> what it re-introduces (always ``"none"`` and ``"noise-half"``).
+    build_setup: ``build_setup(break_name) -> Setup`` (use `build`).
+  """
+  name: str
+  algorithm: str
+  mechanism: str
+  breaks: Dict[str, str]
+  build_setup: Callable[[str], Setup]
+
+  def build(self, brk: str = "none") -> Setup:
+    """The `Setup` of the shipped code (``"none"``) or of one deliberate break.
+
+    Raises:
+      FedJaxDpError: a break this target does not offer.
+    """
+    if brk not in self.breaks:
+      raise FedJaxDpError(f"break must be one of {sorted(self.breaks)} for {self.name}, "
+                          f"got {brk!r}.")
+    sim = "shipped" if brk in CLAIM_ONLY_BREAKS else brk
+    return dataclasses.replace(self.build_setup(brk), simulation_key=f"{self.name}/{sim}")
+
+
+def _model():
+  return create_model("linear", (_D,), _CLASSES)
+
+
+def _planned_claim(spec, noise_multiplier: float, rounds: int) -> Callable:
+  """The claim the code makes for the configured noise (its `PrivacySpec`), for breaks
+  that change the noise actually added."""
+  event = dp_accounting.SelfComposedDpEvent(spec.round_event(noise_multiplier), rounds)
+  eps = accounting.event_epsilon(event, DELTA, "pld" if spec.supports("pld") else "rdp")
+  return lambda metrics: eps
+
+
+def _canary_vector(clip: float) -> np.ndarray:
+  u = np.zeros(_D * _CLASSES + _CLASSES, np.float32)
+  u[0] = 10.0 * clip                       # 10x the clip norm: clipping must cut it
+  return u
+
+
+def _schedule(hp, rounds: int):
+  return jax.tree_util.tree_map(
+      lambda v: np.broadcast_to(np.asarray(v, np.float32),
+                                (rounds,) + np.shape(v)).copy(), hp)
+
+
+# ---------------------------------------------------------------------------
+# DP-FedAvg (user level): crafted updates through the real round.
+# ---------------------------------------------------------------------------
+
+#: Each target's size (tuned so that a 20,000-repetition audit proves more than the claim
+#: when the noise is halved, and less when it is not).
+PARAMS = {
+    "dp_fedavg/poisson": dict(rounds=3, q=0.8, z=2.6, others=3),
+    "dp_fedavg/fixed_size": dict(rounds=1, n=10, m=9, z=3.0),
+    "dp_fedavg/fixed_size_everyone": dict(rounds=2, n=3, m=3, z=3.0),
+    "dp_fedavg/local_per_client": dict(rounds=4, q=0.5, z=2.0),
+    "dp_fedavg_record_level": dict(rounds=2, steps=1, z=2.2, record_rate=0.8),
+    "amplitude_varying/paper": dict(epsilon=0.62, clients=1, k=1),
+    "amplitude_varying/clipped_gradients": dict(epsilon=2.5, clients=1, k=1),
+    "padpfl/paper": dict(epsilon=0.63),
+    "padpfl/clipped_gradients": dict(epsilon=2.5),
+}
+
+
+def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: float,
+                     q: float = 1.0, others: int = 0, n: int = 0, m: int = 0) -> Setup:
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
+  model = _model()
+  params = model.init(jax.random.key(0))
+  client = stored_update_client(params)
+  clip = 1.0
+  u = _canary_vector(clip)
+  size = u.size
+  if sampler == "poisson" and placement == "central":    # add/remove the canary
+    data_out = population(np.zeros((others, _D * 3), np.float32))
+    rows_in = np.zeros((others + 1, _D * 3), np.float32)
+    rows_in[-1, :size] = u
+    data_in = population(rows_in)
+    kw = dict(sampling_rate=q)
+    inclusion = q
+  elif sampler == "fixed_size":                          # replace -u by +u
+    rows_out = np.zeros((n, _D * 3), np.float32)
+    rows_out[-1, :size] = -u
+    rows_in = rows_out.copy()
+    rows_in[-1, :size] = u
+    data_out, data_in = population(rows_out), population(rows_in)
+    kw = dict(clients_per_round=m, sampler="fixed_size")
+    q = inclusion = m / n
+  else:                                                  # local, per-client: zero-out
+    data_out = population(np.zeros((1, _D * 3), np.float32))
+    rows_in = np.zeros((1, _D * 3), np.float32)
+    rows_in[0, :size] = u
+    data_in = population(rows_in)
+    kw = dict(sampling_rate=q, noise_placement="local")
+    inclusion = q
+  z_hp = np.full(data_in.num_clients, z, np.float32) if placement == "local" else z
+
+  def build(data, **extra):
+    return dp_fedavg(model, data, clip_norm=clip, noise_multiplier=z_hp,
+                     client_update=client, **kw, **extra)
+
+  alg_in = build(data_in)
+  # The public constants (the fixed denominator q W) are the same in both worlds: a
+  # neighbouring population runs the same mechanism.
+  alg_out = build(data_out, population_weight=float(data_in.num_clients))
+  hp = alg_in.hparams
+  claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
+  if brk in ("noise-half", "noise-off"):
+    factor = 0.5 if brk == "noise-half" else 0.0
+    hp = hp._replace(noise_multiplier=np.asarray(z_hp, np.float32) * factor)
+    claim = _planned_claim(alg_in.privacy, z, rounds)
+  elif brk == "no-clip":  # the same noise std z C, but updates are not clipped
+    hp = hp._replace(clip_norm=1e6, noise_stddev=np.float32(z * clip))
+    claim = _planned_claim(alg_in.privacy, z, rounds)
+  elif brk == "fixed-size-z":  # the old report: std / C, not std / (2C)
+    claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA),
+                         transform=lambda m: dict(m, noise_multiplier=2.0 * np.asarray(
+                             m["noise_multiplier"], np.float64)))
+  elif brk == "min-over-sampled":
+    kwargs = dict(alg_in.privacy.ledger_kwargs(), relation="add_remove")
+    claim = ledger_claim(lambda: accounting.PrivacyLedger(DELTA, **kwargs),
+                         transform=lambda m: _min_over_sampled(m, q))
+  state = alg_in.init(jax.random.key(1))
+  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+               _schedule(hp, rounds), inclusion, claim, DELTA,
+               description=f"dp_fedavg, {sampler} cohorts, {placement} noise")
+
+
+def _min_over_sampled(metrics, q: float):
+  """The old report of per-client noise: Poisson-amplified events (rate q) with the
+  smallest z over the clients sampled in the round (here the population is the canary
+  alone: its z when sampled, and nothing -- an infinite z, composed as no event -- when
+  the cohort is empty; the old code raised on that)."""
+  z = np.asarray(metrics.pop("client_noise_multipliers"), np.float64)
+  sampled = np.asarray(metrics["num_clients"]) > 0
+  metrics["noise_multiplier"] = np.where(sampled, np.min(z, axis=-1), np.inf)
+  metrics["sampling_rate"] = np.full(sampled.shape, q)
+  return metrics
+
+
+# ---------------------------------------------------------------------------
+# Record level: real local DP-SGD, the canary is one example.
+# ---------------------------------------------------------------------------
+
+def _zero_params(state):
+  """The audits start from a zero model: softmax outputs are uniform, so a canary
+  example's gradient is large (clipped) and points the same way in every repetition."""
+  return state._replace(params=jax.tree_util.tree_map(jnp.zeros_like, state.params))
+
+
+def _record_level_setup(brk: str, rounds: int, steps: int, z: float,
+                        record_rate: float = 1.0) -> Setup:
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg_record_level
+  model = _model()
+  c = 1.0
+  x = np.zeros((1, 1, _D), np.float32)
+  x[0, 0, 0] = 5.0                         # per-example gradient 3.5 > C: clipped
+  data_in = population(x, counts=np.array([1]))
+  data_out = population(x, counts=np.array([0]))     # add/remove the canary record
+
+  def build(data):
+    return dp_fedavg_record_level(model, data, record_clip_norm=c, record_noise_multiplier=z,
+                                  record_sampling_rate=record_rate, sampling_rate=1.0,
+                                  local_steps=steps, batch_size=1, client_learning_rate=0.01)
+
+  alg_out, alg_in = build(data_out), build(data_in)
+  hp = alg_in.hparams
+  claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
+  round_out, round_in = alg_out.round_fn, alg_in.round_fn
+  if brk == "noise-half":
+    hp = hp._replace(client=hp.client._replace(record_noise_multiplier=z / 2))
+    claim = _planned_claim(alg_in.privacy, z, rounds)
+  elif brk == "count-denominators":
+    round_out, round_in = (_count_denominator_round(model, data, z, c, steps)
+                           for data in (data_out, data_in))
+  state = _zero_params(alg_in.init(jax.random.key(1)))
+  return Setup(round_out, round_in, data_out, data_in, state, _schedule(hp, rounds),
+               record_rate, claim, DELTA,
+               description="dp_fedavg_record_level: one record added to an empty client")
+
+
+def _count_denominator_round(model, data, z, c, steps):
+  """The round of the old record-level code: each DP-SGD step divided by the client's own
+  expected batch ``q_r n_k``, an empty client taking no step, uploads weighted by n_k."""
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg_record_level
+  from fedjax_dp.federated import server
+  from fedjax_dp.federated.client import DpSgdConfig, make_client_update
+  from fedjax_dp.federated.round import RoundConfig, make_round
+  from fedjax_dp.federated.sampling import PoissonSampler
+  import optax
+  cfg = DpSgdConfig.create(data.max_examples, 1.0, local_steps=steps)
+  client = make_client_update(model, optax.sgd(1.0), batch_size=1,
+                              max_examples=data.max_examples, dp_sgd=cfg)
+
+  def old_client(params, x, y, count, key, hp):
+    q = jnp.asarray(hp.record_sampling_rate, jnp.float32)
+    denom = jnp.maximum(q * count.astype(jnp.float32), 1e-12)
+    update, m = client(params, x, y, count, key, hp._replace(record_denominator=denom))
+    return jax.tree_util.tree_map(lambda l: jnp.where(count > 0, l, 0.0), update), m
+
+  config = RoundConfig(clip_updates=False, noise="none", weighting="data_size",
+                       denominator="actual", record_level=True, dp_steps=cfg.num_steps)
+  return make_round(old_client, PoissonSampler.create(data.num_clients, 1.0),
+                    server.server_optimizer("fedavg", 1.0), config)
+
+
+# ---------------------------------------------------------------------------
+# Papers 004 and 000: real local training, the canary is one example.
+# ---------------------------------------------------------------------------
+
+def _rescale(metrics, factor: float):
+  """The reported noise multipliers times ``factor`` (the paper's sensitivity instead of
+  the enforced one; or the configured noise when the round added half of it)."""
+  z = np.asarray(metrics["noise_multiplier"], np.float64)
+  return dict(metrics, noise_multiplier=z * factor)
+
+
+def _paper_worlds(n_per_client: int, clients: int):
+  """Replace-one worlds: the canary client's first example (huge features) has label 0
+  ("in") or 1 ("out"): unclipped gradients push its model to opposite ends of the
+  parameter ball; the other examples are zero."""
+  x = np.zeros((clients, n_per_client, _D), np.float32)
+  x[-1, 0, 0] = 1000.0
+  y_in = np.zeros((clients, n_per_client), np.int32)
+  y_out = y_in.copy()
+  y_out[-1, 0] = 1
+  return population(x, labels=y_out), population(x, labels=y_in)
+
+
+def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
+                             k: int) -> Setup:
+  from fedjax_dp.algorithms import amplitude_varying as av
+  model = _model()
+  data_out, data_in = _paper_worlds(n_per_client=4, clients=clients)
+  c, lr = 1.0, 1.0
+  extra = dict(sensitivity_mode=mode)
+  if mode == "clipped_gradients":
+    extra["grad_clip_norm"] = 0.5
+
+  def build(data):
+    return av.amplitude_varying(model, data, epsilon=epsilon, delta=DELTA, rounds=1,
+                                clients_per_round=k, local_steps=1, learning_rate=lr,
+                                clip_norm=c, **extra)
+
+  alg_out, alg_in = build(data_out), build(data_in)
+  cfg = alg_in.config
+  stddevs = np.asarray(cfg["stddevs"])
+  rounds = len(stddevs)
+  claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
+  stddevs_sim = stddevs
+  if brk == "noise-half":  # half the noise; the claim is for the configured noise
+    stddevs_sim = stddevs / 2
+    claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA),
+                         transform=lambda m: _rescale(m, 2.0))
+  elif brk == "paper-sensitivity":  # the old claim: z = sigma / Delta_s
+    claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA),
+                         transform=lambda m: _rescale(
+                             m, cfg["sensitivity"] / cfg["sensitivity_paper"]))
+  state = _zero_params(alg_in.init(jax.random.key(1)))
+  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+               av.hparams_for(cfg, stddevs_sim), cfg["sampling_rate"], claim, DELTA,
+               description=f"amplitude_varying ({mode}): one example replaced")
+
+
+def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
+  from fedjax_dp.algorithms import padpfl as pp
+  model = _model()
+  data_out, data_in = _paper_worlds(n_per_client=4, clients=1)
+  extra = dict(sensitivity_mode=mode)
+  if mode == "clipped_gradients":
+    extra["grad_clip_norm"] = 0.5
+
+  def build(data):
+    return pp.padpfl(model, data, impact_factors=np.ones(1), epsilon=epsilon, delta=DELTA,
+                     rounds=1, exposures=1, clip_bound=1.0, learning_rate=1.0,
+                     local_steps=1, prox_mu=0.0, **extra)
+
+  alg_out, alg_in = build(data_out), build(data_in)
+  cfg = dict(alg_in.config)
+  claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
+  if brk == "noise-half":  # half the noise; the claim is for the configured noise
+    cfg = dict(cfg, sigma_c=[s / 2 for s in cfg["sigma_c"]],
+               sigma_s=[s / 2 for s in cfg["sigma_s"]])
+    claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA),
+                         transform=lambda m: _rescale(m, 2.0))
+  elif brk == "paper-sensitivity":
+    claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA),
+                         transform=lambda m: _rescale(
+                             m, cfg["sensitivity"] / cfg["sensitivity_paper"]))
+  state = _zero_params(alg_in.init(jax.random.key(1)))
+  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+               pp.schedule_hparams(cfg), 1.0, claim, DELTA,
+               description=f"padpfl ({mode}): one example replaced")
+
+
+# ---------------------------------------------------------------------------
+# The registry.
+# ---------------------------------------------------------------------------
+
+def _targets() -> List[Target]:
+  dpf = "user-level, {rel}, {samp}, sensitivity {sens}"
+  return [
+      Target("dp_fedavg/poisson", "dp_fedavg",
+             dpf.format(rel="add/remove", samp="Poisson cohorts", sens="C"),
+             {**COMMON_BREAKS, "noise-off": "no noise, claim unchanged",
+              "no-clip": "updates not clipped, claim unchanged"},
+             lambda b: _dp_fedavg_setup(b, "poisson", "central",
+                                        **PARAMS["dp_fedavg/poisson"])),
+      Target("dp_fedavg/fixed_size", "dp_fedavg",
+             dpf.format(rel="replace-one", samp="fixed-size cohorts", sens="2C"),
+             {**COMMON_BREAKS, "fixed-size-z": "z = std / C instead of std / 2C (1a)"},
+             lambda b: _dp_fedavg_setup(b, "fixed_size", "central",
+                                        **PARAMS["dp_fedavg/fixed_size"])),
+      Target("dp_fedavg/fixed_size_everyone", "dp_fedavg",
+             dpf.format(rel="replace-one", samp="a fixed-size cohort of the whole "
+                        "population (plain Gaussian events)", sens="2C"),
+             {**COMMON_BREAKS, "fixed-size-z": "z = std / C instead of std / 2C (1a)"},
+             lambda b: _dp_fedavg_setup(b, "fixed_size", "central",
+                                        **PARAMS["dp_fedavg/fixed_size_everyone"])),
+      Target("dp_fedavg/local_per_client", "dp_fedavg",
+             dpf.format(rel="zero-out", samp="Poisson cohorts, local noise, a noise "
+                        "multiplier per client", sens="C per upload"),
+             {**COMMON_BREAKS, "min-over-sampled": "each round reports the smallest z of "
+              "the sampled clients (1b)"},
+             lambda b: _dp_fedavg_setup(b, "poisson", "local",
+                                        **PARAMS["dp_fedavg/local_per_client"])),
+      Target("dp_fedavg_record_level", "dp_fedavg_record_level",
+             "record-level, add/remove one record, Poisson examples, sensitivity C_r",
+             {**COMMON_BREAKS, "count-denominators": "steps divided by q n_k, empty "
+              "clients skip their steps, uploads weighted by n_k (1d)"},
+             lambda b: _record_level_setup(b, **PARAMS["dp_fedavg_record_level"])),
+      Target("amplitude_varying/paper", "amplitude_varying",
+             "record-level, replace-one, K of U without replacement, sensitivity 2C",
+             {**COMMON_BREAKS, "paper-sensitivity": "accounted with Delta_s = 2C/|D_k| "
+              "(1c)"},
+             lambda b: _amplitude_varying_setup(b, "paper",
+                                                **PARAMS["amplitude_varying/paper"])),
+      Target("amplitude_varying/clipped_gradients", "amplitude_varying",
+             "record-level, replace-one, K of U without replacement, sensitivity "
+             "clipped_gd_sensitivity", dict(COMMON_BREAKS),
+             lambda b: _amplitude_varying_setup(
+                 b, "clipped_gradients", **PARAMS["amplitude_varying/clipped_gradients"])),
+      Target("padpfl/paper", "padpfl",
+             "record-level, replace-one, every client, sensitivity 2B",
+             {**COMMON_BREAKS, "paper-sensitivity": "accounted with 2B/m_min (1c)"},
+             lambda b: _padpfl_setup(b, "paper", **PARAMS["padpfl/paper"])),
+      Target("padpfl/clipped_gradients", "padpfl",
+             "record-level, replace-one, every client, sensitivity "
+             "clipped_gd_sensitivity", dict(COMMON_BREAKS),
+             lambda b: _padpfl_setup(b, "clipped_gradients",
+                                     **PARAMS["padpfl/clipped_gradients"])),
+  ]
+
+
+TARGETS: List[Target] = _targets()
+
+
+def targets_for(algorithm: str) -> List[Target]:
+  """The audit targets of a registered algorithm (dp_fedsgd shares DP-FedAvg's round).
+
+  Raises:
+    FedJaxDpError: an algorithm without targets (e.g. non-private fedavg).
+  """
+  name = "dp_fedavg" if algorithm == "dp_fedsgd" else algorithm
+  found = [t for t in TARGETS if t.algorithm == name]
+  if not found:
+    raise FedJaxDpError(f"algorithm {algorithm!r} has no audit targets (it is "
+                        f"non-private or unknown); audited: "
+                        f"{sorted({t.algorithm for t in TARGETS} | {'dp_fedsgd'})}.")
+  return found

@@ -1,0 +1,125 @@
+"""What each field of ``metrics.jsonl`` discloses, relative to the run's DP guarantee.
+
+A run's epsilon covers what the mechanism releases: the noisy aggregates and the models
+computed from them. A simulation also measures things from the clients' raw data (train
+loss, update norms, clip fractions); those are *diagnostics*, not covered by epsilon,
+and a deployment must not publish them. Every field a run writes has one label here
+(`LABELS`); an unlabelled field is an error (`label`), so a new metric cannot slip out
+unclassified. ``fedjax-dp run --dp-metrics-only`` writes only the ``"dp"`` and
+``"public"`` fields (`released`).
+
+* ``"public"``: configuration and accounting quantities computed from public numbers
+  only (noise scales, sensitivities, sampling rates, epsilon).
+* ``"dp"``: post-processing of what the mechanism released (the noisy aggregate, the
+  model), possibly with data outside the protected population (a central test set).
+* ``"diagnostic"``: computed from the clients' raw data; NOT covered by epsilon.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterable, Mapping, Tuple
+
+from fedjax_dp.validation import FedJaxDpError
+
+PUBLIC, DP, DIAGNOSTIC = "public", "dp", "diagnostic"
+KINDS = (PUBLIC, DP, DIAGNOSTIC)
+
+_RAW = "computed from the clients' raw data; not covered by epsilon"
+_ACCOUNTING = "accounting parameter: no client data"
+
+#: field -> (kind, why). Test metrics are relabelled by `labels_for_run` when the test
+#: set holds the clients' own data.
+LABELS: Dict[str, Tuple[str, str]] = {
+    "round": (PUBLIC, "round counter"),
+    "train_loss": (DIAGNOSTIC, _RAW),
+    "num_clients": (DIAGNOSTIC, "the realised cohort size: under add/remove it depends on "
+                    "who is in the population; not covered by epsilon"),
+    "num_sampled": (DIAGNOSTIC, "the realised Poisson draw (see num_clients)"),
+    "num_truncated": (DIAGNOSTIC, "the realised cohort overflow (see num_clients)"),
+    "clip_fraction": (DIAGNOSTIC, _RAW),
+    "mean_update_norm": (DIAGNOSTIC, _RAW),
+    "max_update_norm": (DIAGNOSTIC, _RAW),
+    "nonfinite_updates": (DIAGNOSTIC, _RAW),
+    "example_clip_fraction": (DIAGNOSTIC, _RAW),
+    "batch_truncated": (DIAGNOSTIC, _RAW),
+    "aggregate_norm": (DP, "norm of the noisy aggregate update: post-processing of the "
+                       "release"),
+    "noise_multiplier": (PUBLIC, _ACCOUNTING),
+    "noise_stddev": (PUBLIC, _ACCOUNTING),
+    "server_noise_stddev": (PUBLIC, _ACCOUNTING),
+    "sensitivity": (PUBLIC, _ACCOUNTING),
+    "sampling_rate": (PUBLIC, _ACCOUNTING),
+    "dp_steps": (PUBLIC, _ACCOUNTING),
+    "epsilon": (PUBLIC, _ACCOUNTING),
+    "delta": (PUBLIC, _ACCOUNTING),
+    "sampler": (PUBLIC, _ACCOUNTING),
+    "neighboring_relation": (PUBLIC, _ACCOUNTING),
+    "privacy_unit": (PUBLIC, _ACCOUNTING),
+    "population_size": (PUBLIC, _ACCOUNTING),
+    "cohort_size": (PUBLIC, _ACCOUNTING),
+    "truncation_population_size": (PUBLIC, _ACCOUNTING),
+    "truncation_cap": (PUBLIC, _ACCOUNTING),
+    "truncation_draws_per_step": (PUBLIC, _ACCOUNTING),
+    "noise_multiplier_conditional": (PUBLIC, _ACCOUNTING),
+    "noise_multiplier_downlink": (PUBLIC, _ACCOUNTING),
+    "noise_multiplier_downlink_conditional": (PUBLIC, _ACCOUNTING),
+    "epsilon_paper": (PUBLIC, _ACCOUNTING),
+    "sigma_c": (PUBLIC, _ACCOUNTING),
+    "sigma_s": (PUBLIC, _ACCOUNTING),
+    "sigma_a": (PUBLIC, _ACCOUNTING),
+    "test_loss": (DP, "the DP model evaluated on a central test set outside the clients' "
+                  "data"),
+    "test_accuracy": (DP, "the DP model evaluated on a central test set outside the "
+                      "clients' data"),
+    "planned_rounds": (DP, "paper 004's horizon, decided from the test loss (see "
+                       "test_loss)"),
+    "wall_time_s": (DIAGNOSTIC, "timing; may depend on the data (e.g. non-finite "
+                    "updates take another path)"),
+}
+
+_TEST_FIELDS = ("test_loss", "test_accuracy", "planned_rounds")
+
+
+def label(field: str, labels: Mapping[str, Tuple[str, str]] = LABELS) -> Tuple[str, str]:
+  """``(kind, why)`` of a metrics field.
+
+  Raises:
+    FedJaxDpError: an unlabelled field (add it to `LABELS`).
+  """
+  if field not in labels:
+    raise FedJaxDpError(f"metrics field {field!r} has no disclosure label; add it to "
+                        "fedjax_dp.privacy.disclosure.LABELS as 'public', 'dp' or "
+                        "'diagnostic'.")
+  return labels[field]
+
+
+def labels_for_run(test_set_is_client_data: bool) -> Dict[str, Tuple[str, str]]:
+  """`LABELS`, with the test metrics marked diagnostic when the test set holds the
+  clients' own data (e.g. HAR's per-client held-out windows, or the training data
+  itself): a user's test examples are theirs, so evaluating on them is not covered."""
+  out = dict(LABELS)
+  if test_set_is_client_data:
+    for f in _TEST_FIELDS:
+      out[f] = (DIAGNOSTIC, "evaluated on the clients' own (held-out) data; not covered "
+                "by epsilon")
+  return out
+
+
+def table(fields: Iterable[str], labels: Mapping[str, Tuple[str, str]] = LABELS
+          ) -> Dict[str, Dict[str, str]]:
+  """``{field: {"kind": ..., "why": ...}}`` for summary.json (every field labelled).
+
+  Raises:
+    FedJaxDpError: an unlabelled field.
+  """
+  return {f: dict(zip(("kind", "why"), label(f, labels))) for f in sorted(set(fields))}
+
+
+def released(record: Mapping[str, Any], labels: Mapping[str, Tuple[str, str]] = LABELS
+             ) -> Dict[str, Any]:
+  """The ``"dp"`` and ``"public"`` fields of one record (what a deployment may publish).
+
+  Raises:
+    FedJaxDpError: an unlabelled field.
+  """
+  return {k: v for k, v in record.items() if label(k, labels)[0] != DIAGNOSTIC}
