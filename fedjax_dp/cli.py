@@ -238,6 +238,11 @@ def _config_from_args(args, explicit: Optional[set] = None):
   return RunConfig(**values)
 
 
+def _eps(value: float) -> str:
+  """An epsilon for the terminal: 3 decimals, or 4 significant digits when huge."""
+  return f"{value:.3f}" if value < 1e4 else f"{value:.4g}"
+
+
 def _cmd_run(args, explicit: Optional[set] = None) -> int:
   from fedjax_dp.runner import run
   cfg = _config_from_args(args, explicit).validate()
@@ -246,7 +251,7 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
   result = run(cfg, progress=not args.no_progress)
   s = result.summary
   eps = s["epsilon"]
-  eps_txt = f"{eps:.3f}" if math.isfinite(eps) else "inf (non-private)"
+  eps_txt = _eps(eps) if math.isfinite(eps) else "inf (non-private)"
   steady = s.get("steady_time_per_round_s")
   steady_txt = f", {steady * 1e3:.0f} ms/round after compilation" if steady else ""
   print(f"\n{s['algorithm']} on {s['dataset']}: {s['rounds']} rounds in "
@@ -257,14 +262,14 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
   if s["neighboring_relation"] is None:
     print("  privacy: none (non-private baseline: no clipping, no noise; epsilon = inf)")
   else:
-    pld = "n/a" if s["epsilon_pld"] is None else f"{s['epsilon_pld']:.3f}"
+    pld = "n/a" if s["epsilon_pld"] is None else _eps(s["epsilon_pld"])
     delta_txt = (f"{s['delta']:g}" if s["delta_total"] in (None, s["delta"]) else
                  f"{s['delta_total']:.4g} = {s['delta']:g} + truncation")
     z_txt = ("" if s["noise_multiplier"] is None else
              f"; noise multiplier {s['noise_multiplier']:.4g}")
     print(f"  privacy: ({eps_txt}, {delta_txt})-DP, {s['privacy_unit']}, neighbouring "
           f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
-          f"(RDP {s['epsilon_rdp']:.3f}, PLD {pld}){z_txt}, clip norm {s['clip_norm']}, "
+          f"(RDP {_eps(s['epsilon_rdp'])}, PLD {pld}){z_txt}, clip norm {s['clip_norm']}, "
           f"sampling rate {s['sampling_rate']:.4g}")
     if s.get("per_client_epsilon_rdp") is not None:
       print(f"  per-client accounting: the worst client is {s['worst_client']} (epsilon "
@@ -280,13 +285,13 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
           f"R = {s['exposures']} upload(s), "
           f"{s['epsilon_rdp_uplink_all_uploads_conditional']:.3f} over all uploads, "
           f"downlink {s['epsilon_rdp_downlink_conditional']:.3f}; provable downlink "
-          f"{s['epsilon_rdp_downlink']:.3f}; sigma_C {s['sigma_c'][0]:.4g}, sigma_S "
+          f"{_eps(s['epsilon_rdp_downlink'])}; sigma_C {s['sigma_c'][0]:.4g}, sigma_S "
           f"{s['sigma_s'][-1]:.4g}, sigma_A {s['sigma_a'][-1]:.4g} (last round)")
   elif s.get("epsilon_paper") is not None:
     print(f"  paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
           f"{s['epsilon_paper_target']:g}; its moment bound minimised exactly: "
-          f"{s['epsilon_paper_exact_moment_bound']:.3f}); the accountant's RDP epsilon "
-          f"above is the one to trust")
+          f"{s['epsilon_paper_exact_moment_bound']:.3f}); the guarantee above is what the "
+          f"code enforces")
   guard = s.get("budget_guard")
   if guard and guard["stopped_early"]:
     print(f"  budget guard: stopped after {guard['rounds_run']} of {guard['rounds_planned']} "
