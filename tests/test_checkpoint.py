@@ -159,3 +159,20 @@ def test_budget_guard_below_one_round_is_a_clear_error(tmp_path, capsys):
                  "--target-epsilon", "0.01", "--no-progress", "--out", str(tmp_path / "x")])
   assert rc == 2
   assert "target_epsilon=0.01 is below the epsilon of a single round" in capsys.readouterr().err
+
+
+def test_a_checkpoint_of_the_old_metrics_format_is_refused(tmp_path):
+  """Before issue 13, fixed-size rounds reported z relative to the add/remove sensitivity;
+  resuming such a run would compose two conventions, so its checkpoint is refused."""
+  out = tmp_path / "run"
+  run(RunConfig(dataset="synthetic", num_clients=20, model="linear", rounds=2, eval_every=2,
+                out=str(out)), progress=False)
+  ckpt = RunCheckpointer(str(out / "checkpoints"))
+  meta = ckpt.restore_meta()
+  assert meta["metrics_format"] == 2
+  state, _ = ckpt.restore(_final_params(str(out), 2))
+  old = {k: v for k, v in meta.items() if k != "metrics_format"}
+  shutil.rmtree(out / "checkpoints")
+  RunCheckpointer(str(out / "checkpoints")).save(2, state, old)
+  with pytest.raises(FedJaxDpError, match="earlier fedjax_dp"):
+    run(RunConfig(resume=str(out)), progress=False)

@@ -125,8 +125,21 @@ def test_seed_outside_uint32(capsys, tmp_path, seed):
      "'gaussian' or 'none'"),
     (["--algorithm", "padpfl"], "padpfl needs target_epsilon"),
     (["--algorithm", "padpfl", "--epsilon", "5"], "padpfl scenarios need an image dataset"),
+    # issue 13: sensitivity modes and per-client noise
+    (["--sensitivity-mode", "clipped_gradients"], "go together"),
+    (["--grad-clip-norm", "1.0"], "go together"),
+    (["--grad-clip-norm", "-1", "--sensitivity-mode", "clipped_gradients"],
+     "grad_clip_norm must be > 0"),
+    (["--client-noise-multipliers", "/no/such/z.txt"], "needs noise_placement='local'"),
+    (["--noise-placement", "local", "--client-noise-multipliers", "/no/such/z.txt"],
+     "not found"),
+    (["--noise-placement", "local", "--client-noise-multipliers", "Z_FILE"],
+     "must hold 20 finite values"),
 ])
 def test_other_refusals(capsys, tmp_path, args, needle):
+  z_file = tmp_path / "z.txt"
+  z_file.write_text("1.0 2.0 3.0")  # 3 values for 20 clients
+  args = [str(z_file) if a == "Z_FILE" else a for a in args]
   _refused(capsys, tmp_path, args, needle)
   assert not __import__("os").path.exists("/no/such/run")
 

@@ -64,7 +64,6 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, chec
                                   check_int, check_positive)
 
 MECHANISMS = ("gaussian", "laplace", "none")
-SENSITIVITY_MODES = ("paper", "clipped_gradients")
 
 
 def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3,
@@ -112,7 +111,6 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     FedJaxDpError: invalid arguments (named), before anything is compiled.
   """
   check_choice("mechanism", mechanism, MECHANISMS)
-  check_choice("sensitivity_mode", sensitivity_mode, SENSITIVITY_MODES)
   eps = check_epsilon(epsilon)
   delta = check_delta(delta)
   vartheta = check_positive("vartheta", vartheta)
@@ -130,22 +128,10 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
   full_batch = int(data.max_examples)
   b_size = full_batch if batch_size is None else check_int("batch_size", batch_size,
                                                             minimum=1)
-  delta_paper = schedules.sensitivity(c, int(counts.min()))          # Sec. III-C
-  if sensitivity_mode == "clipped_gradients":
-    if grad_clip_norm is None:
-      raise FedJaxDpError("sensitivity_mode='clipped_gradients' needs grad_clip_norm, "
-                          "the per-example gradient clip norm G.")
-    g = check_positive("grad_clip_norm", grad_clip_norm)
-    delta_guarantee = sensitivity.clipped_gd_sensitivity(
-        eta, g, tau, min(b_size, int(counts.min())), ball_radius=c)
-    delta_s = delta_guarantee                                       # eq. (8) with it
-  else:
-    if grad_clip_norm is not None:
-      raise FedJaxDpError("grad_clip_norm is used with sensitivity_mode="
-                          "'clipped_gradients' only.")
-    g = None
-    delta_guarantee = sensitivity.ball_sensitivity(c)               # ||w|| <= C
-    delta_s = delta_paper
+  sens = sensitivity.model_upload_sensitivity(
+      sensitivity_mode, schedules.sensitivity(c, int(counts.min())),  # Sec. III-C
+      c, eta, tau, min(b_size, int(counts.min())), grad_clip_norm)
+  delta_s = sens.calibration                                        # eq. (8) with it
   if mechanism == "gaussian":
     stddevs = schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
   elif mechanism == "laplace":                                      # "Lap", constant
@@ -167,9 +153,9 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
       epsilon=eps, delta=delta, vartheta=vartheta, rounds=rounds, num_clients=u,
       clients_per_round=k, sampling_rate=q, local_steps=tau, learning_rate=eta,
       clip_norm=c, mechanism=mechanism, laplace_mode=laplace_mode, batch_size=b_size,
-      sensitivity_mode=sensitivity_mode, grad_clip_norm=g,
-      sensitivity=delta_guarantee, sensitivity_paper=delta_paper,
-      calibration_sensitivity=delta_s, min_local_dataset_size=int(counts.min()),
+      sensitivity_mode=sensitivity_mode, grad_clip_norm=sens.grad_clip_norm,
+      sensitivity=sens.guarantee, sensitivity_paper=sens.paper,
+      calibration_sensitivity=sens.calibration, min_local_dataset_size=int(counts.min()),
       stddevs=[float(s) for s in stddevs])
   privacy = None
   if mechanism == "gaussian":
@@ -179,11 +165,11 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
         population_size=u, cohort_size=k,
         note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
               f"guarantee uses the sensitivity the code enforces, Delta = "
-              f"{delta_guarantee:.4g} ("
+              f"{sens.guarantee:.4g} ("
               + ("2C, the parameter ball" if sensitivity_mode == "paper" else
                  "clipped per-example gradients") + "); "
               + (f"epsilon_conditional assumes the paper's Delta_s = 2C/min|D_k| = "
-                 f"{delta_paper:.4g}, which the unclipped local GD does not guarantee"
+                 f"{sens.paper:.4g}, which the unclipped local GD does not guarantee"
                  if sensitivity_mode == "paper" else "eq. (8) calibrated with it")))
   hp = hparams_for(alg_config, stddevs[:1])
   return Algorithm(

@@ -30,12 +30,18 @@ from typing import Callable, Dict, List
 
 import dp_accounting
 import jax
-import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
+import optax
 
+from fedjax_dp.algorithms import amplitude_varying as av
+from fedjax_dp.algorithms import padpfl as pp
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg, dp_fedavg_record_level
 from fedjax_dp.auditing import Setup, ledger_claim, population, stored_update_client
-from fedjax_dp.federated import keys as keylib
+from fedjax_dp.federated import server
+from fedjax_dp.federated.client import DpSgdConfig, make_client_update
+from fedjax_dp.federated.round import RoundConfig, make_round
+from fedjax_dp.federated.sampling import PoissonSampler
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy import accounting
 from fedjax_dp.validation import FedJaxDpError
@@ -126,7 +132,6 @@ PARAMS = {
 
 def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: float,
                      q: float = 1.0, others: int = 0, n: int = 0, m: int = 0) -> Setup:
-  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
   model = _model()
   params = model.init(jax.random.key(0))
   client = stored_update_client(params)
@@ -212,7 +217,6 @@ def _zero_params(state):
 
 def _record_level_setup(brk: str, rounds: int, steps: int, z: float,
                         record_rate: float = 1.0) -> Setup:
-  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg_record_level
   model = _model()
   c = 1.0
   x = np.zeros((1, 1, _D), np.float32)
@@ -244,12 +248,6 @@ def _record_level_setup(brk: str, rounds: int, steps: int, z: float,
 def _count_denominator_round(model, data, z, c, steps):
   """The round of the old record-level code: each DP-SGD step divided by the client's own
   expected batch ``q_r n_k``, an empty client taking no step, uploads weighted by n_k."""
-  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg_record_level
-  from fedjax_dp.federated import server
-  from fedjax_dp.federated.client import DpSgdConfig, make_client_update
-  from fedjax_dp.federated.round import RoundConfig, make_round
-  from fedjax_dp.federated.sampling import PoissonSampler
-  import optax
   cfg = DpSgdConfig.create(data.max_examples, 1.0, local_steps=steps)
   client = make_client_update(model, optax.sgd(1.0), batch_size=1,
                               max_examples=data.max_examples, dp_sgd=cfg)
@@ -291,7 +289,6 @@ def _paper_worlds(n_per_client: int, clients: int):
 
 def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
                              k: int) -> Setup:
-  from fedjax_dp.algorithms import amplitude_varying as av
   model = _model()
   data_out, data_in = _paper_worlds(n_per_client=4, clients=clients)
   c, lr = 1.0, 1.0
@@ -307,7 +304,6 @@ def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
   alg_out, alg_in = build(data_out), build(data_in)
   cfg = alg_in.config
   stddevs = np.asarray(cfg["stddevs"])
-  rounds = len(stddevs)
   claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
   stddevs_sim = stddevs
   if brk == "noise-half":  # half the noise; the claim is for the configured noise
@@ -325,7 +321,6 @@ def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
 
 
 def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
-  from fedjax_dp.algorithms import padpfl as pp
   model = _model()
   data_out, data_in = _paper_worlds(n_per_client=4, clients=1)
   extra = dict(sensitivity_mode=mode)

@@ -57,7 +57,7 @@ from fedjax_dp.federated.driver import run_rounds
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
 from fedjax_dp.federated.sampling import FixedSizeSampler
 from fedjax_dp.privacy import nbafl, sensitivity
-from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
+from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive)
 
 
@@ -112,7 +112,6 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   eta = check_positive("learning_rate", learning_rate)
   tau = check_int("local_steps", local_steps, minimum=1)
   mu = check_non_negative("prox_mu", prox_mu)
-  check_choice("sensitivity_mode", sensitivity_mode, ("paper", "clipped_gradients"))
   if not isinstance(private, bool):
     raise FedJaxDpError(f"private must be True or False, got {private!r}.")
   n = int(data.num_clients)
@@ -131,26 +130,13 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   sampler = FixedSizeSampler.create(n, n)                            # every client
   full = int(data.max_examples)
   bsize = full if batch_size is None else check_int("batch_size", batch_size, minimum=1)
-  delta_paper = 2.0 * b / m_min                                      # eq. (7)
-  if sensitivity_mode == "clipped_gradients":
-    if grad_clip_norm is None:
-      raise FedJaxDpError("sensitivity_mode='clipped_gradients' needs grad_clip_norm, "
-                          "the per-example gradient clip norm G.")
-    g = check_positive("grad_clip_norm", grad_clip_norm)
-    delta_guarantee = sensitivity.clipped_gd_sensitivity(
-        eta, g, tau, min(bsize, m_min), prox_mu=mu, ball_radius=b)
-    delta_calibration = delta_guarantee
-  else:
-    if grad_clip_norm is not None:
-      raise FedJaxDpError("grad_clip_norm is used with sensitivity_mode="
-                          "'clipped_gradients' only.")
-    g = None
-    delta_guarantee = sensitivity.ball_sensitivity(b)                # ||x_i|| <= B
-    delta_calibration = delta_paper
+  sens = sensitivity.model_upload_sensitivity(
+      sensitivity_mode, 2.0 * b / m_min, b, eta, tau, min(bsize, m_min),  # eq. (7)
+      grad_clip_norm, prox_mu=mu)
   # Lines 1-3 and 7-9: c, m_min, sigma_C (eq. 8); sigma_A and sigma_S (eq. 13) per round,
   # all proportional to the upload sensitivity: scaled when it is not 2B / m_min.
   levels = nbafl.noise_levels_per_round(p, b, r, m_min, eps, delta)
-  levels = nbafl.NoiseLevels(*(np.asarray(v) * (delta_calibration / delta_paper)
+  levels = nbafl.NoiseLevels(*(np.asarray(v) * (sens.calibration / sens.paper)
                                for v in levels))
   if not private:
     levels = nbafl.NoiseLevels(*(np.zeros(t) for _ in range(4)))
@@ -166,9 +152,9 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   alg_config = dict(
       epsilon=eps, delta=delta, rounds=t, exposures=r, clip_bound=b, learning_rate=eta,
       local_steps=tau, batch_size=bsize, prox_mu=mu, private=private, num_clients=n,
-      sampling_rate=1.0, min_local_dataset_size=m_min, sensitivity=delta_guarantee,
-      sensitivity_paper=delta_paper, calibration_sensitivity=delta_calibration,
-      sensitivity_mode=sensitivity_mode, grad_clip_norm=g,
+      sampling_rate=1.0, min_local_dataset_size=m_min, sensitivity=sens.guarantee,
+      sensitivity_paper=sens.paper, calibration_sensitivity=sens.calibration,
+      sensitivity_mode=sensitivity_mode, grad_clip_norm=sens.grad_clip_norm,
       gaussian_constant=nbafl.gaussian_constant(delta),
       impact_factors=p.tolist(),
       sigma_c=[float(v) for v in levels.sigma_c], sigma_ac=[float(v) for v in levels.sigma_ac],
@@ -181,9 +167,9 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
         note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
               "every upload, server noise sigma_S (eq. 13); the ledger composes every "
               f"round's upload (all T uploads seen) with z = sigma_C / Delta, Delta = "
-              f"{delta_guarantee:.4g} ("
+              f"{sens.guarantee:.4g} ("
               + ("2B, the weight ball: provable; epsilon_*_conditional assume the "
-                 f"paper's 2B/m_min = {delta_paper:.4g}, which unclipped local training "
+                 f"paper's 2B/m_min = {sens.paper:.4g}, which unclipped local training "
                  "does not guarantee" if sensitivity_mode == "paper" else
                  "clipped per-example gradients: provable")
               + "); the paper's own epsilon assumes R uploads seen and is the classical "

@@ -32,15 +32,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional
 
 import jax
 import jax.flatten_util
-import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.privacy import audit as stats
-from fedjax_dp.validation import FedJaxDpError, check_int, check_probability
+from fedjax_dp.validation import check_int, check_probability
 
 #: Metrics every audited round reports that the claims read.
 CLAIM_FIELDS = ("noise_multiplier", "sampling_rate", "dp_steps", "num_clients",

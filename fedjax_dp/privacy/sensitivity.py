@@ -24,12 +24,17 @@ All functions accept Python floats or (traced) JAX arrays unless stated otherwis
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive)
 
 RELATIONS = ("add_remove", "zero_out", "replace_one")
+
+#: How an algorithm that uploads noisy *models* (papers 000 and 004) bounds an upload's
+#: sensitivity: ``"paper"`` (the paper's calibration, the guarantee from the parameter
+#: ball) or ``"clipped_gradients"`` (per-example gradient clipping, provable).
+SENSITIVITY_MODES = ("paper", "clipped_gradients")
 
 #: Words for summaries and metrics.jsonl.
 RELATION_TEXT = {
@@ -142,3 +147,61 @@ def clipped_gd_sensitivity(learning_rate: float, grad_clip_norm: float, local_st
     raise FedJaxDpError(f"the sensitivity bound overflowed (eta={eta}, G={g}, "
                         f"tau={tau}, mu={mu}).")
   return d
+
+
+class ModelUploadSensitivity(NamedTuple):
+  """The sensitivities of a noisy model upload (`model_upload_sensitivity`).
+
+  Attributes:
+    guarantee: the sensitivity the code enforces (what the run's guarantee uses).
+    calibration: the sensitivity the paper's noise formula is evaluated with.
+    paper: the paper's own (NbAFL) sensitivity, for the conditional epsilon.
+    grad_clip_norm: G in ``"clipped_gradients"`` mode, else None.
+    mode: one of `SENSITIVITY_MODES`.
+  """
+  guarantee: float
+  calibration: float
+  paper: float
+  grad_clip_norm: Optional[float]
+  mode: str
+
+
+def model_upload_sensitivity(mode: str, paper: float, ball_radius: float,
+                             learning_rate: float, local_steps: int, min_batch_size: int,
+                             grad_clip_norm: Optional[float] = None,
+                             prox_mu: float = 0.0) -> ModelUploadSensitivity:
+  """Sensitivities of a client's noisy *model* upload trained by noise-free local GD
+  whose result is projected onto ``||w|| <= R`` (papers 000 and 004).
+
+  * ``"paper"``: the noise follows the paper's formula with ``paper`` (its NbAFL
+    sensitivity ``2R / |D_k|``, which only holds if local training moves a model by at
+    most that much when one example is replaced: unclipped gradients do not ensure it);
+    the guarantee uses `ball_sensitivity` ``2R``, which holds whatever the training.
+  * ``"clipped_gradients"``: local training clips per-example gradients to
+    ``grad_clip_norm``; both the formula and the guarantee use
+    `clipped_gd_sensitivity` (at most ``2R``).
+
+  Args:
+    mode: one of `SENSITIVITY_MODES`.
+    paper: the paper's sensitivity (> 0).
+    ball_radius: R > 0, the projection radius (C of paper 004, B of paper 000).
+    learning_rate, local_steps, min_batch_size, prox_mu: as in `clipped_gd_sensitivity`.
+    grad_clip_norm: G > 0, required with ``"clipped_gradients"`` and refused otherwise.
+
+  Raises:
+    FedJaxDpError: an unknown mode, or a clip norm missing / given where it is not used.
+  """
+  check_choice("sensitivity_mode", mode, SENSITIVITY_MODES)
+  paper = check_positive("paper sensitivity", paper)
+  if mode == "clipped_gradients":
+    if grad_clip_norm is None:
+      raise FedJaxDpError("sensitivity_mode='clipped_gradients' needs grad_clip_norm, "
+                          "the per-example gradient clip norm G.")
+    g = check_positive("grad_clip_norm", grad_clip_norm)
+    bound = clipped_gd_sensitivity(learning_rate, g, local_steps, min_batch_size,
+                                   prox_mu=prox_mu, ball_radius=ball_radius)
+    return ModelUploadSensitivity(bound, bound, paper, g, mode)
+  if grad_clip_norm is not None:
+    raise FedJaxDpError("grad_clip_norm is used with sensitivity_mode='clipped_gradients' "
+                        "only.")
+  return ModelUploadSensitivity(ball_sensitivity(ball_radius), paper, paper, None, mode)

@@ -5,7 +5,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from scipy import stats
 
 from fedjax_dp.auditing import gaussian_sum_mechanism
 from fedjax_dp.privacy import accounting, audit

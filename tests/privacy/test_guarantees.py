@@ -1,7 +1,6 @@
 """Regression tests for the epsilon under-reports of issue 13, section 1. Each test fails
 on the code before the fix (the old value is stated) and passes now."""
 
-import math
 
 import dp_accounting
 import jax
