@@ -58,7 +58,7 @@ def recompute(rows):
   eps_rdp = rdp.get_epsilon(delta)
   pld = None
   if not swor:  # the library's grid: 1e-4, coarser for huge epsilons (bounded memory)
-    interval = max(1e-4, eps_rdp * 1e-5)
+    interval = max(1e-4, eps_rdp * 1e-6)
     pld = dp_pld.PLDAccountant(REL.ADD_OR_REMOVE_ONE, interval).compose(
         composed).get_epsilon(delta)
   return eps_rdp, pld, trunc

@@ -1127,14 +1127,14 @@ class PrivacyLedger:
   # -- PLD -------------------------------------------------------------------
 
   def _pld_interval_for(self, delta: float) -> float:
-    """The PLD discretisation: the ledger's, coarsened to ``epsilon_rdp * 1e-5`` nats for
+    """The PLD discretisation: the ledger's, coarsened to ``epsilon_rdp * 1e-6`` nats for
     very large epsilons (a Gaussian with z ~ 0.01 has privacy losses in the thousands;
     a 1e-4 grid over them needs terabytes). dp_accounting discretises pessimistically,
     so the coarser grid still gives an upper bound."""
     eps_rdp = self._rdp_epsilon(delta)
     if not math.isfinite(eps_rdp):
       return self._pld_interval
-    return max(self._pld_interval, eps_rdp * 1e-5)
+    return max(self._pld_interval, eps_rdp * 1e-6)
 
   def _pld_epsilon(self, delta: float) -> float:
     key = (delta, self._version)
