@@ -818,6 +818,12 @@ def _check_truncation(truncation: Any) -> Optional[Truncation]:
 class PrivacyLedger:
   """Run-length composition of per-round DP events, with epsilon on demand.
 
+  Every recorded noise multiplier is ``noise_stddev / sensitivity`` under the ledger's
+  relation (module docstring): the ledger builds each round's event with
+  `make_dp_event` and never rescales. Make it from the mechanism's statement
+  (``algorithm.privacy.make_ledger(delta)``) so that sampler, relation, cohort sizes and
+  the truncation model are the ones the rounds ran with.
+
   Rounds are appended with `record` / `record_many`; identical consecutive
   rounds are grouped into one ``(DpEvent, count)`` run, so a 1000-round run with
   constant noise is a single `SelfComposedDpEvent`. Values coming from the
@@ -832,7 +838,9 @@ class PrivacyLedger:
   conversion per round (~0.2 ms) and are cached.
 
   PLD: `dp_accounting.pld.PLDAccountant` composes `dp_event()` (all runs but
-  the last are composed once and kept; results are cached per delta). Building
+  the last are composed once and kept; results are cached per delta). Above an RDP
+  epsilon of 100 the grid is coarsened to ``epsilon * 1e-6`` nats (pessimistic, so still
+  an upper bound), which bounds memory for tiny noise multipliers. Building
   one Poisson-subsampled-Gaussian PLD (add and remove directions) costs ~0.5 s
   at the default discretisation 1e-4 and ~0.07 s at 1e-3, so cost grows with
   the number of *distinct* runs: 100 rounds at constant (q=0.1, z=1) take
