@@ -246,3 +246,22 @@ def test_sensitivity_primitives():
       sensitivity.clipped_gd_sensitivity(*args)
   with pytest.raises(FedJaxDpError, match="neighboring_relation"):
     sensitivity.sum_sensitivity(1.0, "swap")
+
+
+def test_budget_guard_composes_the_fixed_size_event():
+  """The budget guard plans with the algorithm's own events (z / 2 under replace-one);
+  the old guard composed std / C and let the run go about twice too far."""
+  from fedjax_dp.data import load_dataset
+  from fedjax_dp.runner import RunConfig, budget_rounds, build_algorithm
+  cfg = RunConfig(dataset="synthetic", num_clients=20, model="linear", clients_per_round=5,
+                  sampling_rate=None, sampler="fixed_size", noise_multiplier=4.0,
+                  target_epsilon=4.0, rounds=400, delta=1e-5).validate()
+  data = load_dataset("synthetic", num_clients=20, seed=0)
+  alg = build_algorithm(cfg, create_model("linear", data.feature_shape, data.num_classes),
+                        data, 4.0)
+  allowed = budget_rounds(cfg, alg, 4.0)
+  eps = lambda z, t: accounting.compute_epsilon(z, 0.25, t, 1e-5, sampler="fixed_size",
+                                                population_size=20)
+  assert 1 < allowed < 400
+  assert eps(2.0, allowed) <= 4.0 < eps(2.0, allowed + 1)
+  assert eps(4.0, 2 * allowed) <= 4.0  # the old guard (z = std / C) allowed > 2x more
