@@ -173,16 +173,29 @@ def test_main_job_on_real_har_beats_majority_class(tmp_path):
   assert np.isfinite(s["final_test_loss"])
 
 
-@pytest.mark.parametrize("brk,rc,word", [("none", 0, "consistent"),
-                                         ("noise-off", 1, "VIOLATION")])
-def test_cli_audit(capsys, brk, rc, word):
-  """`fedjax-dp audit` runs the real DP-FedAvg round; exit 1 when a bound exceeds the
-  claim (here a deliberately broken round)."""
+@pytest.mark.parametrize("brk,word", [("none", "consistent"), ("noise-off", "VIOLATION")])
+def test_cli_audit(capsys, brk, word):
+  """`fedjax-dp audit` runs the real DP-FedAvg round: the shipped code is consistent and
+  a deliberately broken round is caught; both as expected, exit status 0."""
   assert cli.main(["audit", "--target", "dp_fedavg/poisson", "--repetitions", "2000",
-                   "--calibration", "1000", "--break", brk]) == rc
+                   "--calibration", "1000", "--break", brk]) == 0
   out = capsys.readouterr().out
   assert word in out and "dp_fedavg/poisson" in out and f"break={brk}" in out
   assert "claimed epsilon 1.5" in out  # the code's PLD epsilon of the audited run
+  assert "as expected" in out and "UNEXPECTED" not in out
+
+
+def test_cli_audit_exits_1_when_a_break_is_not_caught(capsys, monkeypatch):
+  """A 'break' that changes nothing (the shipped setup under a break's name) is not
+  caught: that is unexpected, exit status 1."""
+  import dataclasses
+  from fedjax_dp.algorithms import audit_targets
+  t = next(t for t in audit_targets.TARGETS if t.name == "dp_fedavg/poisson")
+  fake = dataclasses.replace(t, build_setup=lambda b: t.build_setup("none"))
+  monkeypatch.setattr(audit_targets, "TARGETS", [fake])
+  assert cli.main(["audit", "--target", "dp_fedavg/poisson", "--repetitions", "2000",
+                   "--calibration", "1000", "--break", "noise-off"]) == 1
+  assert "UNEXPECTED" in capsys.readouterr().out
 
 
 def test_cli_audit_lists_every_target_and_break(capsys):

@@ -167,9 +167,11 @@ def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: flo
                      client_update=client, **kw, **extra)
 
   alg_in = build(data_in)
-  # The public constants (the fixed denominator q W) are the same in both worlds: a
-  # neighbouring population runs the same mechanism.
-  alg_out = build(data_out, population_weight=float(data_in.num_clients))
+  # The same mechanism runs in both worlds: one compiled round where the populations
+  # have the same size; under add/remove the other world's round keeps the public
+  # constants (the fixed denominator q W).
+  alg_out = (alg_in if data_out.num_clients == data_in.num_clients else
+             build(data_out, population_weight=float(data_in.num_clients)))
   hp = alg_in.hparams
   claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
   if brk in ("noise-half", "noise-off"):
@@ -229,16 +231,15 @@ def _record_level_setup(brk: str, rounds: int, steps: int, z: float,
                                   record_sampling_rate=record_rate, sampling_rate=1.0,
                                   local_steps=steps, batch_size=1, client_learning_rate=0.01)
 
-  alg_out, alg_in = build(data_out), build(data_in)
+  alg_in = build(data_in)  # both worlds: one client, the same constants and round
   hp = alg_in.hparams
   claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
-  round_out, round_in = alg_out.round_fn, alg_in.round_fn
+  round_out = round_in = alg_in.round_fn
   if brk == "noise-half":
     hp = hp._replace(client=hp.client._replace(record_noise_multiplier=z / 2))
     claim = _planned_claim(alg_in.privacy, z, rounds)
   elif brk == "count-denominators":
-    round_out, round_in = (_count_denominator_round(model, data, z, c, steps)
-                           for data in (data_out, data_in))
+    round_out = round_in = _count_denominator_round(model, data_in, z, c, steps)
   state = _zero_params(alg_in.init(jax.random.key(1)))
   return Setup(round_out, round_in, data_out, data_in, state, _schedule(hp, rounds),
                record_rate, claim, DELTA,
@@ -301,7 +302,7 @@ def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
                                 clients_per_round=k, local_steps=1, learning_rate=lr,
                                 clip_norm=c, **extra)
 
-  alg_out, alg_in = build(data_out), build(data_in)
+  alg_in = build(data_in)  # replace-one: the same population size, constants and round
   cfg = alg_in.config
   stddevs = np.asarray(cfg["stddevs"])
   claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
@@ -315,7 +316,7 @@ def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
                          transform=lambda m: _rescale(
                              m, cfg["sensitivity"] / cfg["sensitivity_paper"]))
   state = _zero_params(alg_in.init(jax.random.key(1)))
-  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+  return Setup(alg_in.round_fn, alg_in.round_fn, data_out, data_in, state,
                av.hparams_for(cfg, stddevs_sim), cfg["sampling_rate"], claim, DELTA,
                description=f"amplitude_varying ({mode}): one example replaced")
 
@@ -332,7 +333,7 @@ def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
                      rounds=1, exposures=1, clip_bound=1.0, learning_rate=1.0,
                      local_steps=1, prox_mu=0.0, **extra)
 
-  alg_out, alg_in = build(data_out), build(data_in)
+  alg_in = build(data_in)  # replace-one: the same population size, constants and round
   cfg = dict(alg_in.config)
   claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
   if brk == "noise-half":  # half the noise; the claim is for the configured noise
@@ -345,7 +346,7 @@ def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
                          transform=lambda m: _rescale(
                              m, cfg["sensitivity"] / cfg["sensitivity_paper"]))
   state = _zero_params(alg_in.init(jax.random.key(1)))
-  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+  return Setup(alg_in.round_fn, alg_in.round_fn, data_out, data_in, state,
                pp.schedule_hparams(cfg), 1.0, claim, DELTA,
                description=f"padpfl ({mode}): one example replaced")
 
