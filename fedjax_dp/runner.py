@@ -781,7 +781,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       rec["planned_rounds"] = control.planned  # the horizon this round ran under
       control.observe(r["noise_stddev"], r.get("test_loss"))
       rec["epsilon_paper"] = control.epsilon_paper()
-      if alg.privacy is not None:  # z if the paper's Delta_s held (epsilon_conditional)
+      if alg.privacy is not None:  # z if the paper's Delta_s held (epsilon_conditional_rdp)
         rec["noise_multiplier_conditional"] = r["noise_stddev"] / alg.config[
             "sensitivity_paper"]
     if padpfl:  # paper 000's three noise SDs of this round (eqs. 8, 13, Theorem 1)

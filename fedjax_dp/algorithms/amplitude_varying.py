@@ -30,7 +30,7 @@ Delta the sensitivity of a client's trained model. Which Delta?
   large features moves a linear model by far more; tests/algorithms/
   test_amplitude_varying.py measures it). It is the paper's *calibration* (eq. 8), kept
   as written, and an epsilon computed with it is reported as *conditional*
-  (``epsilon_conditional``).
+  (``epsilon_conditional_rdp`` in summary.json).
 * ``sensitivity_mode="paper"`` (default): the guarantee the code enforces uses
   Delta = 2C, the diameter of the parameter ball every trained model is projected onto
   (`fedjax_dp.privacy.sensitivity.ball_sensitivity`). With the paper's small noise it
@@ -168,7 +168,7 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
               f"{sens.guarantee:.4g} ("
               + ("2C, the parameter ball" if sensitivity_mode == "paper" else
                  "clipped per-example gradients") + "); "
-              + (f"epsilon_conditional assumes the paper's Delta_s = 2C/min|D_k| = "
+              + (f"epsilon_conditional_rdp assumes the paper's Delta_s = 2C/min|D_k| = "
                  f"{sens.paper:.4g}, which the unclipped local GD does not guarantee"
                  if sensitivity_mode == "paper" else "eq. (8) calibrated with it")))
   hp = hparams_for(alg_config, stddevs[:1])
@@ -209,13 +209,6 @@ def hparams_for(config: Dict[str, Any], stddevs: Sequence[float]) -> RoundHParam
   return schedule_hparams(stddevs, config["sensitivity"], config["sampling_rate"],
                           config["learning_rate"], config["clip_norm"],
                           config.get("grad_clip_norm"))
-
-
-def conditional_noise_multipliers(config: Dict[str, Any], stddevs: Sequence[float]
-                                  ) -> np.ndarray:
-  """``sigma_m / Delta_s``: the noise multipliers *if* the paper's sensitivity
-  Delta_s = 2C / min|D_k| held (for ``epsilon_conditional``), float64 ``[M]``."""
-  return np.asarray(stddevs, np.float64) / config["sensitivity_paper"]
 
 
 @dataclasses.dataclass
