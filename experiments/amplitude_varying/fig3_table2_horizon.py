@@ -74,6 +74,10 @@ def main(argv=None) -> int:
   if a.svm:
     name = "fig9" if a.fig4 else "fig7"
     grid, model, a.dataset, extra = SVM_M_GRID, "svm", "adult", dict(learning_rate=0.1)
+  if a.report_only:
+    res = common.stored_results(os.path.join(a.out, f"{name}.json"))
+    summarize(res, a.out, name, res.meta["setup"], a.fig4 or a.cnn or a.svm)
+    return 0
   if a.fig4:
     configs = [dict(vartheta=1.05, epsilon=e, mechanism="gaussian" if math.isfinite(e)
                     else "none", label=f"epsilon={e:g}" if math.isfinite(e) else "no DP")
@@ -87,7 +91,7 @@ def main(argv=None) -> int:
     if a.cnn:  # one compiled LeNet-5 program (Gaussian only): CI's time is short
       grid, configs = (1, 2), configs[:2]
   setup = common.Setup(a.dataset, model=model, test_size=test_size)
-  res = common.Results(os.path.join(a.out, f"{name}.json"), dict(
+  res = common.open_results(os.path.join(a.out, f"{name}.json"), dict(
       figure={"fig3": "Fig. 3 + Table II", "fig4": "Fig. 4", "fig8": "Fig. 8 (FMNIST)",
               "fig10": "Fig. 10 (FMNIST)", "fig7": "Fig. 7 (Adult)",
               "fig9": "Fig. 9 (Adult)"}[name.split("_")[0]], setup=setup.description,
@@ -116,14 +120,16 @@ def summarize(res, out, name, description, no_table2):
   labels = list(dict.fromkeys(r["label"] for r in res.runs))
   grid = sorted({r["rounds"] for r in res.runs})
   panels = {"final test loss": [], "final test accuracy": []}
-  lines = [f"{res.meta['figure']} reproduction: {description}; model {res.meta['model']} "
-           f"{res.meta['extra'] or ''}; "
+  extra = res.meta.get("extra") or {}  # files of the first sweeps have no model / extra
+  lines = [f"{res.meta['figure']} reproduction: {description}; model "
+           f"{res.meta.get('model', 'mlp32')} {extra or ''}; "
            "each point is a standalone run calibrated for its M; delta = 1e-3, q = 0.1, "
-           f"tau = 5, C = {res.meta['extra'].get('clip_norm', 5.0):g}, "
-           f"eta = {res.meta['extra'].get('learning_rate', 0.1)}.", "",
+           f"tau = 5, C = {extra.get('clip_norm', 5.0):g}, "
+           f"eta = {extra.get('learning_rate', 0.1)}.", "",
            "| setting | sigma_1 at M=30 | min final loss (M*) | final loss at M=30 | "
-           "acc at M* | eps RDP at M=30 (fixed-size / Poisson) | paper sigma | paper min "
-           "loss |", "|---|---|---|---|---|---|---|---|"]
+           f"acc at M* | {common.EPS_GUARANTEE} at M=30 | eps RDP conditional on Delta_s "
+           "at M=30 (fixed-size / Poisson) | paper sigma | paper min loss |",
+           "|---|---|---|---|---|---|---|---|---|"]
   for label in labels:
     rs = [r for r in res.runs if r["label"] == label]
     grid = sorted({r["rounds"] for r in rs})  # an interrupted sweep: what this label has
@@ -142,19 +148,21 @@ def summarize(res, out, name, description, no_table2):
     at30 = [r for r in rs if r["rounds"] == 30]
     sig30 = f"{at30[0]['stddevs'][0]:.6f}" if at30 else "n/a"
     l30 = common.mean_spread([r["final_test_loss"] for r in at30]) if at30 else "n/a"
-    eps30 = (f"{at30[0]['epsilon_rdp']:.2f} / {at30[0]['epsilon_rdp_poisson']:.2f}"
-             if at30 and "epsilon_rdp" in at30[0] else "n/a")
+    eps30 = common.format_epsilon(at30[0].get("epsilon_rdp")) if at30 else "n/a"
+    cond30 = (f"{common.format_epsilon(at30[0].get('epsilon_rdp_conditional'))} / "
+              f"{common.format_epsilon(at30[0].get('epsilon_rdp_poisson'))}"
+              if at30 and "epsilon_rdp" in at30[0] else "n/a")
     v = rs[0].get("vartheta")
     paper = (PAPER_TABLE2.get(v) if (not no_table2 and rs[0]["mechanism"] == "gaussian")
              else None)
     lines.append(
         f"| {label} | {sig30} | {loss[i]:.4f} ± {lstd[i]:.4f} (M*={grid[i]}) | {l30} | "
-        f"{acc[i]:.4f} | {eps30} | {paper[0] if paper else '—'} | "
+        f"{acc[i]:.4f} | {eps30} | {cond30} | {paper[0] if paper else '—'} | "
         f"{paper[1] if paper else '—'} |")
   grid = sorted({r["rounds"] for r in res.runs})
   lines.append(f"\nM grid {grid}; mean ± std over {n_seeds} seed(s)."
                + (" The paper reports M* = 17 for every vartheta (Fig. 3)."
-                  if name == "fig3" else ""))
+                  if name == "fig3" else "") + " " + common.EPSILON_NOTE)
   common.write_report(out, name, lines, panels, "total aggregations M",
                       f"{res.meta['figure']}: {description}")
 

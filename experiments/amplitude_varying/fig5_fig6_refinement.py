@@ -28,11 +28,15 @@ MODES = ("paper", "exact_budget")
 
 def main(argv=None) -> int:
   a = common.arg_parser(__doc__).parse_args(argv)
+  if a.report_only:
+    res = common.stored_results(os.path.join(a.out, "fig5_fig6.json"))
+    summarize(res, a.out, res.meta["rounds"], res.meta["setup"])
+    return 0
   varthetas, alphas, modes, test_size = VARTHETAS, ALPHAS, MODES, None
   if a.quick:
     a.seeds, a.rounds, varthetas, alphas, test_size = 1, 6, (1.05,), (0.8,), 1000
   setup = common.Setup(a.dataset, test_size=test_size)
-  res = common.Results(os.path.join(a.out, "fig5_fig6.json"), dict(
+  res = common.open_results(os.path.join(a.out, "fig5_fig6.json"), dict(
       figure="Figs. 5 and 6", setup=setup.description, rounds=a.rounds, seeds=a.seeds,
       paper=common.PAPER), resume=a.resume)
   for seed in range(a.seeds):
@@ -48,7 +52,8 @@ def main(argv=None) -> int:
           res.add(r)
           print(f"seed {seed} {label}: {r['rounds_run']} rounds, final loss "
                 f"{r['final_test_loss']:.4f}, eps paper {r['epsilon_paper']:.2f}, RDP "
-                f"{r['epsilon_rdp']:.2f}", flush=True)
+                f"guarantee {r['epsilon_rdp']:.4g}, conditional "
+                f"{r['epsilon_rdp_conditional']:.2f}", flush=True)
       if not res.has(label=f"vartheta={v:g}, no refinement", seed=seed):
         r = common.run(setup, seed, vartheta=v, rounds=a.rounds)
         r.update(label=f"vartheta={v:g}, no refinement")
@@ -61,11 +66,13 @@ def summarize(res, out, rounds, description):
   labels = list(dict.fromkeys(r["label"] for r in res.runs))
   lines = [f"Figs. 5/6 reproduction: {description}; M = {rounds}, epsilon = 10.", "",
            "| setting | rounds run | final M' | final loss | min loss | final acc | "
-           "eps paper | eps RDP (fixed-size) |", "|---|---|---|---|---|---|---|---|"]
+           f"eps paper | {common.EPS_GUARANTEE} | {common.EPS_CONDITIONAL} |",
+           "|---|---|---|---|---|---|---|---|---|"]
   panels = {"planned rounds M'": [], "test loss": [], "test accuracy": []}
   for label in labels:
     rs = [r for r in res.runs if r["label"] == label]
     fmt = lambda k: common.mean_spread([r.get(k) for r in rs])
+    eps = lambda k: common.epsilon_spread([r.get(k) for r in rs])
     n = min(len(r["test_loss"]) for r in rs)
     loss = np.array([r["test_loss"][:n] for r in rs], float)
     acc = np.array([r["test_accuracy"][:n] for r in rs], float)
@@ -77,8 +84,9 @@ def summarize(res, out, rounds, description):
     panels["test accuracy"].append((label, xs, acc.mean(0), None))
     lines.append(f"| {label} | {fmt('rounds_run')} | {rs[0]['planned_rounds'][-1]} (seed 0) | "
                  f"{fmt('final_test_loss')} | {loss.mean(0).min():.4f} | "
-                 f"{fmt('final_test_accuracy')} | {fmt('epsilon_paper')} | "
-                 f"{fmt('epsilon_rdp')} |")
+                 f"{fmt('final_test_accuracy')} | {eps('epsilon_paper')} | "
+                 f"{eps('epsilon_rdp')} | {eps('epsilon_rdp_conditional')} |")
+  lines.append("\nmean ± std over seeds. " + common.EPSILON_NOTE)
   common.write_report(out, "fig5_fig6", lines, panels, "aggregation index m",
                       f"Figs. 5/6: {description}")
 

@@ -79,6 +79,9 @@ def main(argv=None) -> int:
   p.add_argument("--trials", type=int, default=3)
   p.add_argument("--shadows", type=int, default=2)
   a = p.parse_args(argv)
+  if a.report_only:
+    summarize(common.stored_results(os.path.join(a.out, "table3.json")), a.out)
+    return 0
   cells = [(e, v) for e in (5.0, 10.0, 20.0) for v in (0.95, 1.0, 1.05)] + ["no DP"]
   if a.quick:
     a.trials, a.shadows, a.rounds, cells = 1, 1, 3, [(10.0, 1.05), "no DP"]
@@ -89,7 +92,7 @@ def main(argv=None) -> int:
   model = create_model("mlp", fm.feature_shape, 10, hidden=(32,), activation="linear")
   target_fd = federation(x[:50000], y[:50000], 100, "fmnist-target")
   n_shadow_clients = (len(x) - 50000) // PER_CLIENT // max(a.shadows, 1)
-  res = common.Results(os.path.join(a.out, "table3.json"), dict(
+  res = common.open_results(os.path.join(a.out, "table3.json"), dict(
       table="Table III", trials=a.trials, shadows=a.shadows, rounds=a.rounds,
       target="100 clients x 500 Fashion-MNIST images, K = 10",
       shadow=f"{a.shadows} shadow federations of {n_shadow_clients} clients x 500, K = 1"),
