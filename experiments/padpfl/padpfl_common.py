@@ -61,6 +61,12 @@ DEFAULTS = dict(hidden=64, local_steps=10, prox_mu=0.01, exposures=1, alpha=1.0)
 #: (`calibrate_b.py`, results/calibrate_b.json; note A3): 8.63 -> 9 for H = 64 and
 #: 16.32 -> 16 for H = 256 (the MNIST subset gives the same values).
 CLIP_BOUND = {64: 9.0, 256: 16.0}
+#: G of the provable mode (``sensitivity_mode="clipped_gradients"``, not in the paper)
+#: per hidden width: the median L2 norm of the per-example gradients of scenario 1
+#: (equal p, Fashion-MNIST, seed 0) at the global models of the first 5 non-private
+#: rounds, rounded to an integer (`provable_mode.py`, `per_example_grad_norms`; the
+#: procedure of B's calibration): 12.13 -> 12 for H = 64.
+GRAD_CLIP_NORM = {64: 12.0}
 #: The MNIST subset's client sizes relative to the paper's (note 6.4).
 MNIST_SIZE_SCALE = 0.4
 #: Scenario 4 switches data and weights after this many of T = 30 rounds (Table I).
@@ -153,21 +159,27 @@ def data_phases(sd: het.ScenarioData, rounds: int) -> List[Tuple[int, Population
 def build_algorithm(setup: Setup, sd: het.ScenarioData, *, ratio: str, private: bool,
                     epsilon: float, rounds: int, local_steps: int, clip_bound: float,
                     prox_mu: float = DEFAULTS["prox_mu"],
-                    exposures: int = DEFAULTS["exposures"]):
+                    exposures: int = DEFAULTS["exposures"],
+                    sensitivity_mode: str = "paper",
+                    grad_clip_norm: Optional[float] = None,
+                    chunk_size: Optional[int] = None):
   p = impact_schedule(ratio, sd.part_of_client, rounds)
   return pad.padpfl(setup.model, sd.fd, impact_factors=p, epsilon=epsilon,
                     delta=PAPER["delta"], rounds=rounds, exposures=exposures,
                     clip_bound=clip_bound, learning_rate=PAPER["learning_rate"],
-                    local_steps=local_steps, prox_mu=prox_mu, private=private)
+                    local_steps=local_steps, prox_mu=prox_mu, private=private,
+                    sensitivity_mode=sensitivity_mode, grad_clip_norm=grad_clip_norm,
+                    chunk_size=chunk_size)
 
 
-def compiled(setup: Setup, alg, sd: het.ScenarioData):
+def compiled(setup: Setup, alg, sd: het.ScenarioData, chunk_size: Optional[int] = None):
   """``(alg, block_fn)`` with the round program shared by every run of the same static
   structure: p, sigma, epsilon and the data phase are arrays, so every ratio and
-  epsilon of a scenario reuses one compiled program."""
+  epsilon of a scenario reuses one compiled program (``chunk_size``: the one ``alg`` was
+  built with)."""
   c = alg.config
   static = (c["private"], c["local_steps"], c["batch_size"], int(sd.fd.max_examples),
-            c["prox_mu"] > 0)
+            c["prox_mu"] > 0, c["grad_clip_norm"] is not None, chunk_size)
   if static not in setup.compiled:
     setup.compiled[static] = (alg.round_fn, make_block_fn(alg.round_fn, setup.evaluator))
   round_fn, block_fn = setup.compiled[static]
@@ -177,17 +189,27 @@ def compiled(setup: Setup, alg, sd: het.ScenarioData):
 def run(setup: Setup, scenario: int, seed: int, *, ratio: str, private: bool,
         epsilon: float = 5.0, rounds: int = PAPER["rounds"],
         local_steps: int = DEFAULTS["local_steps"], clip_bound: Optional[float] = None,
-        prox_mu: float = DEFAULTS["prox_mu"]) -> Dict[str, Any]:
+        prox_mu: float = DEFAULTS["prox_mu"], sensitivity_mode: str = "paper",
+        grad_clip_norm: Optional[float] = None,
+        chunk_size: Optional[int] = None,
+        exposures: int = DEFAULTS["exposures"]) -> Dict[str, Any]:
   """One PADPFL run: per-round test loss/accuracy (round 0 = the initial model), the
-  noise levels and both epsilons. Within a seed every configuration starts from the same
-  model and the same client data (common random numbers)."""
+  noise levels, the sensitivities and the epsilons (`epsilons`). Within a seed every
+  configuration starts from the same model and the same client data (common random
+  numbers). ``sensitivity_mode`` / ``grad_clip_norm``: `fedjax_dp.algorithms.padpfl`
+  (``"clipped_gradients"`` clips every per-example gradient to G: provable);
+  ``chunk_size``: clients trained at once (`fedjax_dp.federated.round.RoundConfig`; the
+  results do not depend on it beyond float summation order); ``exposures``: R of
+  eq. (8)."""
   b = CLIP_BOUND[setup.hidden] if clip_bound is None else float(clip_bound)
   sd = setup.scenario(scenario, seed)
   alg = build_algorithm(setup, sd, ratio=ratio, private=private, epsilon=epsilon,
                         rounds=rounds, local_steps=local_steps, clip_bound=b,
-                        prox_mu=prox_mu)
+                        prox_mu=prox_mu, sensitivity_mode=sensitivity_mode,
+                        grad_clip_norm=grad_clip_norm, chunk_size=chunk_size,
+                        exposures=exposures)
   c = alg.config
-  alg, block_fn = compiled(setup, alg, sd)
+  alg, block_fn = compiled(setup, alg, sd, chunk_size)
   key = jax.random.key(seed)
   init = setup.evaluate(alg.init(jax.random.fold_in(key, 1 << 20)).params)
   t0 = time.perf_counter()
@@ -218,8 +240,21 @@ def run(setup: Setup, scenario: int, seed: int, *, ratio: str, private: bool,
       noise_stddev_reported=[r["noise_stddev"] for r in recs],
       server_noise_stddev_reported=[r["server_noise_stddev"] for r in recs],
       wall_time_s=wall)
+  out.update(sensitivities(c))
   out.update(epsilons(c))
   return out
+
+
+def sensitivities(config: Dict[str, Any]) -> Dict[str, Any]:
+  """The run's upload sensitivities (parameter units): ``sensitivity`` the Delta its
+  guarantee uses (2B in ``"paper"`` mode, the clipped-gradient bound otherwise),
+  ``sensitivity_paper`` 2B / m_min, ``calibration_sensitivity`` the Delta of eqs. (8)
+  and (13)."""
+  return dict(sensitivity_mode=config["sensitivity_mode"],
+              grad_clip_norm=config["grad_clip_norm"],
+              sensitivity=config["sensitivity"],
+              sensitivity_paper=config["sensitivity_paper"],
+              calibration_sensitivity=config["calibration_sensitivity"])
 
 
 _EPS_CACHE: Dict[Any, Dict[str, Any]] = {}
@@ -227,11 +262,14 @@ _EPS_CACHE: Dict[Any, Dict[str, Any]] = {}
 
 def epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
   """`nominal_and_accountant_epsilons` (the ``*_conditional`` epsilons: the accountant's
-  if the paper's upload sensitivity 2B / m_min held) and the guarantee the code enforces
-  (``epsilon_rdp``: all T uploads with the sensitivity 2B of the weight ball, as the
-  run's ledger composes them; ``epsilon_rdp_downlink``: the T broadcasts with max p
-  times it). Cached: it depends on p only through the noise levels, the same for every
-  seed."""
+  if the upload sensitivity the noise was calibrated with held: the paper's 2B / m_min
+  in ``"paper"`` mode) and the guarantee the code enforces (``epsilon_rdp``: all T
+  uploads with ``config["sensitivity"]``, 2B of the weight ball in ``"paper"`` mode, the
+  clipped-gradient bound in ``"clipped_gradients"`` mode, as the run's ledger composes
+  them; ``epsilon_rdp_downlink``: the T broadcasts with max p times it). RDP over
+  `nbafl.NBAFL_RDP_ORDERS` (orders from 1.01; the ledger's default orders start at 1.1,
+  which gives a somewhat larger bound when z is tiny, as in paper mode). Cached: it
+  depends on p only through the noise levels, the same for every seed."""
   if not config["private"]:
     return dict(epsilon_paper=None, epsilon_rdp_uplink_conditional=None,
                 epsilon_rdp_uplink_all_uploads_conditional=None,
@@ -239,7 +277,8 @@ def epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
                 epsilon_rdp=None, epsilon_rdp_downlink=None)
   p = np.asarray(config["impact_factors"])
   key = (config["epsilon"], config["clip_bound"], config["rounds"], config["exposures"],
-         config["min_local_dataset_size"], config["sensitivity"], float(p.max()),
+         config["min_local_dataset_size"], config["sensitivity"],
+         config["calibration_sensitivity"], float(p.max()),
          round(float((p ** 2).sum(1).max()), 12))
   if key not in _EPS_CACHE:
     out = pad.nominal_and_accountant_epsilons(config)
@@ -251,6 +290,103 @@ def epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
          for i in range(t)], config["delta"])
     _EPS_CACHE[key] = out
   return dict(_EPS_CACHE[key])
+
+
+# ---------------------------------------------------------------------------
+# Results written before issue 13 ("privacy you can trust").
+# ---------------------------------------------------------------------------
+
+#: Keys of the runs written before issue 13 and their names now. They were the
+#: accountant's epsilons with the paper's upload sensitivity 2B / m_min, i.e. what is now
+#: called conditional; those runs carried no guarantee epsilon. (The old
+#: ``epsilon_rdp_downlink`` was the conditional one; the key now holds the guarantee.)
+RENAMED_KEYS = {"epsilon_rdp_uplink": "epsilon_rdp_uplink_conditional",
+                "epsilon_rdp_uplink_all_uploads": "epsilon_rdp_uplink_all_uploads_conditional",
+                "epsilon_rdp_downlink": "epsilon_rdp_downlink_conditional",
+                "z_uplink": "z_uplink_conditional"}
+
+
+def rebuilt_config(run: Dict[str, Any]) -> Dict[str, Any]:
+  """The algorithm config of a stored run, rebuilt with `fedjax_dp.algorithms.padpfl`
+  (nothing is trained, loaded or compiled). The noise levels and epsilons depend on the
+  data only through N and m_min and on p only through each round's max p and sum p^2,
+  which a ratio fixes per part: a stand-in population with the scenario's part sizes,
+  m_min and the stored batch size gives the run's exact config."""
+  sc = het.SCENARIOS[int(run["scenario"])]
+  part = np.repeat(np.arange(len(sc.part_sizes)), sc.part_sizes)
+  n, m_min, batch = len(part), int(run["min_local_dataset_size"]), int(run["batch_size"])
+  counts = np.full(n, max(batch, m_min))
+  counts[0] = m_min
+  data = type("StandIn", (), dict(num_clients=n, max_examples=int(counts.max()),
+                                  counts=counts))()
+  model = create_model("mlp", (28, 28), 10, hidden=(int(run["hidden"]),))
+  rounds = int(run["rounds"])
+  return pad.padpfl(
+      model, data, impact_factors=impact_schedule(run["ratio"], part, rounds),
+      epsilon=run["epsilon"] if run["private"] else 1.0, delta=PAPER["delta"],
+      rounds=rounds, exposures=int(run["exposures"]), clip_bound=float(run["clip_bound"]),
+      learning_rate=PAPER["learning_rate"], local_steps=int(run["local_steps"]),
+      batch_size=batch, prox_mu=float(run["prox_mu"]), private=bool(run["private"]),
+      sensitivity_mode=run.get("sensitivity_mode", "paper"),
+      grad_clip_norm=run.get("grad_clip_norm")).config
+
+
+def migrate_run(run: Dict[str, Any]) -> Dict[str, Any]:
+  """A run written before issue 13, with today's keys (any other run: unchanged).
+
+  The old epsilon keys are renamed to their ``*_conditional`` names (`RENAMED_KEYS`),
+  the guarantee (``epsilon_rdp``, ``epsilon_rdp_downlink``) and the sensitivities
+  (`sensitivities`) are added, computed by `epsilons` from the run's rebuilt config
+  (`rebuilt_config`), exactly as for a new run. The rebuilt noise levels and the
+  recomputed conditional epsilons must equal the stored ones (else `ValueError`): the
+  noise, and so every loss, is unchanged. Key order: the new keys take the old epsilon
+  keys' place, as `run` writes them."""
+  if "epsilon_rdp_uplink" not in run:
+    return run
+  config = rebuilt_config(run)
+  new = dict(sensitivities(config))
+  new.update(epsilons(config))
+  if run["private"]:
+    checks = [(k, run[k], max(config[k])) for k in ("sigma_c", "sigma_ac", "sigma_a",
+                                                    "sigma_s")]
+    p = np.asarray(config["impact_factors"])
+    checks += [("max_p", run["max_p"], float(p.max())),
+               ("sum_p2", run["sum_p2"], float((p ** 2).sum(1).max()))]
+    checks += [(old, run[old], new[k]) for old, k in RENAMED_KEYS.items()]
+    checks += [("epsilon_paper", run["epsilon_paper"], new["epsilon_paper"])]
+    bad = [(k, a, b) for k, a, b in checks if not math.isclose(a, b, rel_tol=1e-9,
+                                                               abs_tol=1e-12)]
+    if bad:
+      raise ValueError(f"run {run.get('label')} (seed {run.get('seed')}): the rebuilt "
+                       f"config does not reproduce the stored values {bad}")
+  out: Dict[str, Any] = {}
+  for k, v in run.items():
+    if k == "epsilon_paper":
+      out.update(new)
+    elif k not in RENAMED_KEYS and k not in new:
+      out[k] = v
+  if "epsilon_paper" not in run:
+    out.update(new)
+  return out
+
+
+def migrate(data: Dict[str, Any]) -> Tuple[Dict[str, Any], bool]:
+  """``({"meta", "runs"}, changed)`` with every run `migrate_run`-ed."""
+  runs = [migrate_run(r) for r in data["runs"]]
+  changed = any(a is not b for a, b in zip(runs, data["runs"]))
+  return dict(data, runs=runs), changed
+
+
+def open_results(path: str, meta: Dict[str, Any], resume: bool = False) -> Results:
+  """`Results` whose resumed runs are migrated (`migrate_run`); the file is rewritten at
+  once when any was (nothing else in it changes: the runs' other keys are kept)."""
+  res = Results(path, meta, resume=resume)
+  if res.runs:
+    data, changed = migrate({"meta": meta, "runs": res.runs})
+    res.runs = data["runs"]
+    if changed:
+      res.save()
+  return res
 
 
 def local_model_norms(setup: Setup, scenario: int = 1, seed: int = 0, rounds: int = 5,
@@ -299,13 +435,57 @@ def local_model_norms(setup: Setup, scenario: int = 1, seed: int = 0, rounds: in
               clip_bound=float(max(1, round(med))), norms=all_norms)
 
 
+def per_example_grad_norms(setup: Setup, scenario: int = 1, seed: int = 0,
+                           rounds: int = 5, local_steps: int = DEFAULTS["local_steps"],
+                           ratio: str = "1-1-1") -> Dict[str, Any]:
+  """The L2 norms of the per-example gradients (of the cross-entropy, without the
+  proximal term: what ``"clipped_gradients"`` clips) of every client's examples at the
+  global model of rounds 1..``rounds`` of the non-private run, as `local_model_norms`
+  does for B. Returns the per-round medians, the overall median and quartiles, and the
+  norms at the initial model."""
+  sd = setup.scenario(scenario, seed)
+  alg = build_algorithm(setup, sd, ratio=ratio, private=False, epsilon=1.0, rounds=rounds,
+                        local_steps=local_steps, clip_bound=1.0)
+  alg, block_fn = compiled(setup, alg, sd)
+  model = setup.model
+
+  @jax.jit
+  def norms(params, x, y, count):
+    def one(xe, ye):
+      g = jax.grad(lambda p: model.per_example_loss(model.apply(p, xe[None]),
+                                                    ye[None])[0])(params)
+      return jnp.sqrt(sum(jnp.sum(l ** 2) for l in jax.tree_util.tree_leaves(g)))
+    n = jax.vmap(one)(x, y)
+    return jnp.where(jnp.arange(x.shape[0]) < count, n, jnp.nan)
+
+  key = jax.random.key(seed)
+  state = alg.init(jax.random.fold_in(key, 1 << 20))
+  phases = data_phases(sd, rounds)
+  pop = phases[0][1]
+  per_round = []
+  for t in range(rounds):
+    n = np.concatenate([np.asarray(norms(state.params, pop.x[i], pop.y[i], pop.counts[i]))
+                        for i in range(pop.x.shape[0])])
+    per_round.append(n[np.isfinite(n)])
+    state, _ = pad.train(alg, phases, key, state=state, start_round=t, stop_round=t + 1,
+                         block_size=1, block_fn=block_fn, device_evaluator=setup.evaluator,
+                         eval_every=1)
+  every = np.concatenate(per_round)
+  q1, med, q3 = (float(v) for v in np.percentile(every, [25, 50, 75]))
+  return dict(scenario=scenario, seed=seed, ratio=ratio, rounds=rounds,
+              local_steps=local_steps, hidden=setup.hidden, dataset=setup.dataset,
+              median_per_round=[float(np.median(v)) for v in per_round], median=med,
+              quartiles=[q1, q3], max=float(every.max()), examples=int(every.size))
+
+
 # ---------------------------------------------------------------------------
 # Results file, tables, plots.
 # ---------------------------------------------------------------------------
 
 def load(path: str) -> Dict[str, Any]:
+  """A results file, its runs migrated to today's keys (`migrate_run`)."""
   with open(path) as f:
-    return json.load(f)
+    return migrate(json.load(f))[0]
 
 
 def finite(values) -> List[float]:
@@ -335,6 +515,13 @@ def fmt_num(v, digits: int = 2) -> str:
   if not math.isfinite(v):
     return "inf"
   return f"{v:.{digits}f}"
+
+
+def fmt_eps(v) -> str:
+  """An epsilon: 2 decimals below 1,000, else a whole number with thousands separators."""
+  if v is None or not math.isfinite(v) or abs(v) < 1000:
+    return fmt_num(v)
+  return f"{v:,.0f}"
 
 
 def plot(path: str, panels, title: str) -> None:

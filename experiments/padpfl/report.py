@@ -3,9 +3,11 @@
 Reads the JSON files that `scenarios.py` wrote and writes ``claims.md`` (every claim of
 the paper's Sec. VI with final and best test loss, mean ± std over seeds, the number of
 seeds in which it holds, and a verdict), ``noise.md`` (sigma_C, sigma_AC, sigma_S,
-sigma_A and the paper's epsilon beside the accountant's, per configuration) and
-``claims.json`` (the same numbers, machine-readable). Nothing is recomputed: every number
-comes from the run files.
+sigma_A and the paper's epsilon beside the accountant's, conditional and guaranteed, per
+configuration) and ``claims.json`` (the same numbers, machine-readable). Nothing is
+trained: every number comes from the run files (the guarantee epsilons of files written
+before issue 13 are computed from the stored configuration when they are loaded,
+`padpfl_common.migrate_run`).
 
 Claims (note 000, section 8.2):
   (a) non-private: the paper's named assignment (0-1-2, 0-2-1, 1-3-5, adaptive
@@ -153,21 +155,25 @@ def claims_table(rows: List[Dict[str, Any]]) -> List[str]:
 
 def noise_table(files: Dict[str, Runs]) -> List[str]:
   lines = ["| results file | scenario | configuration | max p | sum p^2 | m_min | sigma_C | "
-           "sigma_AC | sigma_S | sigma_A | eps paper | eps RDP uplink (R = 1) | "
-           "eps RDP uplink (all T uploads) | eps RDP downlink (T broadcasts) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "sigma_AC | sigma_S | sigma_A | eps paper | eps RDP uplink (R = 1), conditional | "
+           "eps RDP uplink (all T uploads), conditional | eps RDP downlink (T broadcasts), "
+           "conditional | **eps RDP guarantee (all T uploads, Δ = 2B)** | "
+           "eps RDP guarantee, downlink (T broadcasts) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   for fname, runs in files.items():
     for ratio, eps in runs.labels():
       if eps is None:
         continue
       r = runs.get(ratio, eps)[0]
-      f = common.fmt_num
+      f = common.fmt_eps
       lines.append(
           f"| {fname} | {runs.meta['scenario']} | {name_of(ratio, eps)} | {r['max_p']:.4f} | "
           f"{r['sum_p2']:.5f} | {r['min_local_dataset_size']} | {r['sigma_c']:.5f} | "
           f"{r['sigma_ac']:.5f} | {r['sigma_s']:.5f} | {r['sigma_a']:.5f} | "
           f"{f(r['epsilon_paper'])} | {f(r['epsilon_rdp_uplink_conditional'])} | "
-          f"{f(r['epsilon_rdp_uplink_all_uploads_conditional'])} | {f(r['epsilon_rdp_downlink_conditional'])} |")
+          f"{f(r['epsilon_rdp_uplink_all_uploads_conditional'])} | "
+          f"{f(r['epsilon_rdp_downlink_conditional'])} | {f(r['epsilon_rdp'])} | "
+          f"{f(r['epsilon_rdp_downlink'])} |")
   return lines
 
 
@@ -262,8 +268,14 @@ def main(argv=None) -> int:
            "From the run files (`scenario*.json`); sigma per coordinate in units of the "
            "weights. eps paper: the calibration target (classical Gaussian mechanism, "
            "linear R/T scaling). eps RDP: dp_accounting, record level, replace-one, "
-           "delta = 0.01, no subsampling: uplink over the R = 1 upload the paper assumes "
-           "seen, over all T uploads, and downlink over the T broadcasts.", ""]
+           "delta = 0.01, no subsampling. *Conditional* (z relative to the paper's upload "
+           "sensitivity 2B/m_min, which assumes local training moves a client's weights "
+           "by at most that much when one example is replaced; the gradients are not "
+           "clipped, so the code does not enforce it): uplink over the R = 1 upload the "
+           "paper assumes seen, over all T uploads, and downlink over the T broadcasts. "
+           "*Guarantee* (what the code enforces: Δ = 2B, the diameter of the ball the "
+           "weights are clipped to): all T uploads (the run's ledger, `epsilon_rdp`) and "
+           "the T broadcasts (sensitivity 2B max p).", ""]
   noise += noise_table(found)
   with open(os.path.join(out, "noise.md"), "w") as f:
     f.write("\n".join(noise) + "\n")

@@ -105,7 +105,10 @@ def main(argv=None) -> int:
   p.add_argument("--only", default="all", choices=["all", "nonprivate", "private"])
   p.add_argument("--quick", action="store_true")
   p.add_argument("--out", default=common.RESULTS)
-  p.add_argument("--resume", action="store_true", help="skip runs already in the JSON")
+  p.add_argument("--resume", action="store_true",
+                 help="skip runs already in the JSON (runs written before issue 13 get "
+                      "today's epsilon keys, padpfl_common.migrate_run); with every run "
+                      "present this only rewrites the .md and .png")
   a = p.parse_args(argv)
   test_size = None
   if a.quick:
@@ -116,7 +119,7 @@ def main(argv=None) -> int:
   for number in a.scenario:
     sc = het.SCENARIOS[number]
     name = output_name(number, a.dataset, a.hidden)
-    results[number] = (name, common.Results(os.path.join(a.out, f"{name}.json"), dict(
+    results[number] = (name, common.open_results(os.path.join(a.out, f"{name}.json"), dict(
         scenario=number, figures=list(sc.figures), description=sc.description,
         setup=setup.description, dataset=a.dataset, is_subset=setup.is_subset,
         size_scale=setup.size_scale, hidden=a.hidden, clip_bound=b, rounds=a.rounds,
@@ -159,8 +162,10 @@ def summarize(res: common.Results, out: str, name: str, quiet: bool = False) -> 
       "", f"Table I: {meta['description']}", "",
       "| curve | p per client, parts 1/2/3 | sigma_C | sigma_AC | sigma_S | sigma_A | final test loss "
       "| best test loss | best round (mean curve) | final test acc | eps paper | "
-      "eps RDP uplink (R=1) | eps RDP all uploads | eps RDP downlink | seeds |",
-      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+      "eps RDP uplink (R=1), conditional | eps RDP all uploads, conditional | "
+      "eps RDP downlink, conditional | **eps RDP guarantee (all T uploads, Δ = 2B)** | "
+      "eps RDP guarantee, downlink | seeds |",
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
   panels = {k: [] for k in ("non-private: test loss", "private: test loss",
                             "non-private: test accuracy", "private: test accuracy")}
   for lab in labels:
@@ -174,24 +179,31 @@ def summarize(res: common.Results, out: str, name: str, quiet: bool = False) -> 
     panels[f"{kind}: test accuracy"].append((lab, xs, acc.mean(0), std(acc)))
     f = lambda k: common.fmt_ms([r[k] for r in rs])
     sig = (lambda k: f"{r0[k]:.5f}") if r0["private"] else (lambda k: "0")
-    eps = lambda k: common.fmt_num(r0.get(k))
+    eps = lambda k: common.fmt_eps(r0.get(k))
     lines.append(
         f"| {lab} | {part_p(number, r0['ratio'])} | {sig('sigma_c')} | {sig('sigma_ac')} | "
         f"{sig('sigma_s')} | "
         f"{sig('sigma_a')} | {f('final_test_loss')} | {f('best_test_loss')} | "
         f"{int(np.nanargmin(loss.mean(0)[1:])) + 1} | {f('final_test_accuracy')} | "
         f"{eps('epsilon_paper')} | {eps('epsilon_rdp_uplink_conditional')} | "
-        f"{eps('epsilon_rdp_uplink_all_uploads_conditional')} | {eps('epsilon_rdp_downlink_conditional')} | "
-        f"{len(rs)} |")
+        f"{eps('epsilon_rdp_uplink_all_uploads_conditional')} | "
+        f"{eps('epsilon_rdp_downlink_conditional')} | {eps('epsilon_rdp')} | "
+        f"{eps('epsilon_rdp_downlink')} | {len(rs)} |")
   lines += ["", "Mean ± std over seeds (each seed: its own parts, client data, noise and "
             "initial model, shared by every curve). sigma_* per coordinate, in units of "
             "the weights: sigma_AC = sigma_C sqrt(sum p^2) is the client noise left in the "
             "p-weighted average, sigma_S the server's top-up (eq. 13), sigma_A the total "
             "when sigma_S > 0 (else the total is sigma_AC). Best test loss: the minimum "
-            "over rounds 1..T of each seed's curve. eps RDP: dp_accounting, record level, replace-one, z = "
-            "sigma / (2B/m_min); uplink over R = 1 upload (the paper's assumption), over "
-            "all T uploads, and downlink over the T broadcasts (sensitivity 2B max p / "
-            "m_min)."]
+            "over rounds 1..T of each seed's curve. eps RDP: dp_accounting, record "
+            "level, replace-one, delta = 0.01, no subsampling. *Conditional*: z = sigma / "
+            "(2B/m_min), the paper's upload sensitivity, which holds only if local "
+            "training moves a client's weights by at most 2B/m_min when one example is "
+            "replaced (its gradients are not clipped, so nothing enforces it); uplink over "
+            "R = 1 upload (the paper's assumption), over all T uploads, and downlink over "
+            "the T broadcasts (sensitivity 2B max p / m_min). *Guarantee*: what the code "
+            "enforces, z = sigma_C / Δ with Δ = 2B, the diameter of the ball the weights "
+            "are clipped to, over all T uploads (the run's ledger), and the T broadcasts "
+            "with sensitivity 2B max p."]
   with open(os.path.join(out, f"{name}.md"), "w") as fh:
     fh.write("\n".join(lines) + "\n")
   panels = [(k, "aggregation round t", v) for k, v in panels.items() if v]
