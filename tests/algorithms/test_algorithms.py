@@ -8,7 +8,7 @@ from scipy import stats
 
 from fedjax_dp.algorithms import (ALGORITHMS, dp_fedavg, dp_fedavg_record_level, dp_fedsgd,
                                   fedavg)
-from fedjax_dp.federated import PopulationData, RoundHParams, constant_schedule, run_rounds
+from fedjax_dp.federated import PopulationData, constant_schedule, run_rounds
 from fedjax_dp.federated.driver import make_block_fn, make_evaluator
 from fedjax_dp.federated.sampling import poisson_k_max
 from fedjax_dp.models import create_model
