@@ -23,6 +23,7 @@ import importlib.metadata as md
 import json
 import math
 import os
+import subprocess
 import sys
 import tempfile
 from typing import Dict, List, Optional
@@ -95,16 +96,32 @@ def argv_for(name: str, out: str, per_client_file: str) -> List[str]:
   return ["run", *args, "--seed", "0", "--no-progress", "--out", out]
 
 
+#: Every case runs in a fresh process on this many CPU devices (the cohort is sharded
+#: over them, and the device count changes float summation order): a process that has
+#: already started JAX could not change it.
+DEVICES = 2
+
+
 def run_case(name: str, workdir: str) -> dict:
-  """Runs one case in ``workdir``; returns {"metrics": [...], "summary": {...}}."""
-  from fedjax_dp import cli
+  """Runs one case in a fresh ``python -m fedjax_dp.cli`` process on `DEVICES` CPU
+  devices, in ``workdir``; returns {"metrics": [...], "summary": {...}}.
+
+  Raises:
+    RuntimeError: the run failed (its output is in the message).
+  """
   pc = os.path.join(workdir, "per_client_z.json")
   with open(pc, "w") as f:
     json.dump(PER_CLIENT_Z, f)
   out = os.path.join(workdir, name)
-  rc = cli.main(argv_for(name, out, pc))
-  if rc != 0:
-    raise RuntimeError(f"case {name}: fedjax-dp run exited with {rc}")
+  root = os.path.dirname(os.path.dirname(HERE))
+  env = dict(os.environ, JAX_PLATFORMS="cpu",
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={DEVICES}",
+             PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+  proc = subprocess.run([sys.executable, "-m", "fedjax_dp.cli", *argv_for(name, out, pc)],
+                        cwd=workdir, env=env, capture_output=True, text=True)
+  if proc.returncode != 0:
+    raise RuntimeError(f"case {name}: fedjax-dp run exited with {proc.returncode}:\n"
+                       f"{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
   with open(os.path.join(out, "metrics.jsonl")) as f:
     rows = [{k: v for k, v in json.loads(line).items() if k not in DROP} for line in f]
   with open(os.path.join(out, "summary.json")) as f:
@@ -149,9 +166,8 @@ def load_baseline(name: str) -> dict:
 
 
 def versions() -> dict:
-  import jax
   return {p: md.version(p) for p in ("jax", "jaxlib", "optax", "flax", "dp-accounting",
-                                     "numpy")} | {"devices": len(jax.devices())}
+                                     "numpy")} | {"devices": DEVICES}
 
 
 def main(argv: Optional[List[str]] = None) -> int:
