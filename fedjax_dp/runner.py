@@ -31,7 +31,7 @@ from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_f
                                  make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, disclosure, schedules
+from fedjax_dp.privacy import ledger as accounting, disclosure, schedules
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)

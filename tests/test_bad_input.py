@@ -15,7 +15,7 @@ from fedjax_dp.federated.client import DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import RoundConfig
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import ledger as accounting
 from fedjax_dp.validation import FedJaxDpError
 
 NON_FINITE = [math.nan, math.inf, -math.inf]

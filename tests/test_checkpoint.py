@@ -136,7 +136,7 @@ def test_budget_guard_stops_before_the_round_that_would_pass_the_target(tmp_path
   """Fixed z with --target-epsilon: the ledger decides; the run stops after T rounds
   with eps(T) <= E < eps(T + 1), saves a checkpoint of round T and says so."""
   from fedjax_dp import cli
-  from fedjax_dp.privacy import accounting
+  from fedjax_dp.privacy import ledger as accounting
   out = tmp_path / "g"
   rc = cli.main(["run", *ARGS, "--rounds", "40", "--noise-multiplier", "2",
                  "--target-epsilon", "3", "--no-progress", "--out", str(out)])

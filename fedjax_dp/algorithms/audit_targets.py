@@ -43,7 +43,7 @@ from fedjax_dp.federated.client import DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import RoundConfig, make_round
 from fedjax_dp.federated.sampling import PoissonSampler
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import ledger as accounting
 from fedjax_dp.validation import FedJaxDpError
 
 #: The delta of every audit claim (a larger delta lowers the claim, not the bound, so

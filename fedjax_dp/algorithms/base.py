@@ -9,7 +9,7 @@ import jax
 
 from fedjax_dp.federated.round import RoundHParams
 from fedjax_dp.federated.server import ServerState
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import ledger as accounting
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
 

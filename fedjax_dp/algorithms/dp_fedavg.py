@@ -45,7 +45,7 @@ from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_u
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified, make_round,
                                        round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
-from fedjax_dp.privacy import accounting, sensitivity
+from fedjax_dp.privacy import ledger as accounting, sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 

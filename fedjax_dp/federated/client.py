@@ -151,7 +151,7 @@ class DpSgdConfig:
     """The `fedjax_dp.privacy.accounting.Truncation` of this config's Poisson batches:
     drawn from at most ``max_examples + 1`` records (a neighbour may hold one more),
     capped at ``max_batch_size``, once per step in each of ``client_slots`` clients."""
-    from fedjax_dp.privacy.accounting import Truncation
+    from fedjax_dp.privacy.ledger import Truncation
     return Truncation(int(max_examples), self.max_batch_size, int(client_slots))
 
 

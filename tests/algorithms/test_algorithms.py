@@ -12,7 +12,7 @@ from fedjax_dp.federated import PopulationData, constant_schedule, run_rounds
 from fedjax_dp.federated.driver import make_block_fn, make_evaluator
 from fedjax_dp.federated.sampling import poisson_k_max
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import ledger as accounting
 from fedjax_dp.validation import FedJaxDpError
 
 

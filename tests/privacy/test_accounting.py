@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from fedjax_dp.privacy import accounting
-from fedjax_dp.privacy.accounting import PrivacyLedger
+from fedjax_dp.privacy import ledger as accounting
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
 DELTA = 1e-5

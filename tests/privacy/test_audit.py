@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.auditing import gaussian_sum_mechanism
-from fedjax_dp.privacy import accounting, audit
+from fedjax_dp.privacy import ledger as accounting, audit
 from fedjax_dp.validation import FedJaxDpError
 
 DELTA = 1e-3

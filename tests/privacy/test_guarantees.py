@@ -16,7 +16,7 @@ from fedjax_dp.auditing import population, stored_update_client
 from fedjax_dp.federated import PopulationData, constant_schedule, run_rounds
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, sensitivity
+from fedjax_dp.privacy import ledger as accounting, sensitivity
 from fedjax_dp.privacy.per_client import PerClientLedger
 from fedjax_dp.validation import FedJaxDpError
 
