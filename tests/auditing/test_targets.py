@@ -69,11 +69,11 @@ def test_claim_only_breaks_share_the_simulation_and_the_claim_is_the_ledgers():
   setup = next(t for t in audit_targets.TARGETS
                if t.name == "dp_fedavg/fixed_size_everyone").build()
   # Two rounds of a plain Gaussian with z = 3 / 2 (replace-one: std / 2C), PLD:
-  from fedjax_dp.privacy import ledger as accounting
-  expected = accounting.compute_epsilon(1.5, 1.0, 2, audit_targets.DELTA, accountant="pld")
+  from fedjax_dp.privacy import accountants
+  expected = accountants.compute_epsilon(1.5, 1.0, 2, audit_targets.DELTA, accountant="pld")
   assert shipped.claimed_epsilon == pytest.approx(expected, rel=1e-9)
   assert broken.claimed_epsilon == pytest.approx(
-      accounting.compute_epsilon(3.0, 1.0, 2, audit_targets.DELTA, accountant="pld"),
+      accountants.compute_epsilon(3.0, 1.0, 2, audit_targets.DELTA, accountant="pld"),
       rel=1e-9)
   assert setup.rounds == 2 and setup.simulation_key == "dp_fedavg/fixed_size_everyone/shipped"
 

@@ -1,4 +1,5 @@
-"""Tests for `fedjax_dp.privacy.accounting` against direct dp_accounting computations."""
+"""Tests for `fedjax_dp.privacy.events`, `accountants`, `calibration` and `ledger` against direct
+dp_accounting computations."""
 
 import json
 import logging
@@ -12,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from fedjax_dp.privacy import ledger as accounting
+from fedjax_dp.privacy import accountants, calibration, events
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
@@ -69,34 +70,34 @@ def geometric_events():
 
 
 def test_make_dp_event_poisson_gaussian_and_steps():
-  assert accounting.make_dp_event(1.3, 0.1) == poisson(1.3, 0.1)
-  assert accounting.make_dp_event(1.3, 1.0) == dp_accounting.GaussianDpEvent(1.3)
-  assert accounting.make_dp_event(1.3) == dp_accounting.GaussianDpEvent(1.3)
-  assert accounting.make_dp_event(1.3, 0.1, steps=5) == (
+  assert events.make_dp_event(1.3, 0.1) == poisson(1.3, 0.1)
+  assert events.make_dp_event(1.3, 1.0) == dp_accounting.GaussianDpEvent(1.3)
+  assert events.make_dp_event(1.3) == dp_accounting.GaussianDpEvent(1.3)
+  assert events.make_dp_event(1.3, 0.1, steps=5) == (
       dp_accounting.SelfComposedDpEvent(poisson(1.3, 0.1), 5))
 
 
 def test_make_dp_event_fixed_size():
-  event = accounting.make_dp_event(1.0, sampler="fixed_size", population_size=200,
+  event = events.make_dp_event(1.0, sampler="fixed_size", population_size=200,
                                    cohort_size=20)
   assert event == dp_accounting.SampledWithoutReplacementDpEvent(
       200, 20, dp_accounting.GaussianDpEvent(1.0))
   # The cohort is derived from a (float32) sampling rate.
-  derived = accounting.make_dp_event(1.0, float(np.float32(20 / 200)), sampler="fixed_size",
+  derived = events.make_dp_event(1.0, float(np.float32(20 / 200)), sampler="fixed_size",
                                      population_size=200)
   assert derived == event
   with pytest.raises(FedJaxDpError, match="population_size"):
-    accounting.make_dp_event(1.0, 0.1, sampler="fixed_size")
+    events.make_dp_event(1.0, 0.1, sampler="fixed_size")
   with pytest.raises(FedJaxDpError, match="sampling_rate"):
-    accounting.make_dp_event(1.0, 0.3, sampler="fixed_size", population_size=200,
+    events.make_dp_event(1.0, 0.3, sampler="fixed_size", population_size=200,
                              cohort_size=20)
   with pytest.raises(FedJaxDpError, match="integer cohort"):
-    accounting.make_dp_event(1.0, 0.1234, sampler="fixed_size", population_size=200)
+    events.make_dp_event(1.0, 0.1234, sampler="fixed_size", population_size=200)
 
 
 def test_zero_noise_is_non_private():
-  assert accounting.make_dp_event(0.0, 0.1, steps=3) == dp_accounting.NonPrivateDpEvent()
-  assert accounting.compute_epsilon(0.0, 0.1, 10, DELTA) == math.inf
+  assert events.make_dp_event(0.0, 0.1, steps=3) == dp_accounting.NonPrivateDpEvent()
+  assert accountants.compute_epsilon(0.0, 0.1, 10, DELTA) == math.inf
   ledger = PrivacyLedger(DELTA)
   ledger.record(1.0, 0.01)
   assert math.isfinite(ledger.epsilon())
@@ -109,22 +110,22 @@ def test_zero_noise_is_non_private():
 
 
 def test_neighboring_relation():
-  rel, text = accounting.neighboring_relation("poisson", "user")
+  rel, text = events.neighboring_relation("poisson", "user")
   assert rel == "add_remove" and "add/remove" in text and "user" in text
-  rel, text = accounting.neighboring_relation("fixed_size", "record")
+  rel, text = events.neighboring_relation("fixed_size", "record")
   assert rel == "replace_one" and "replace-one" in text and "record" in text
-  rel, text = accounting.neighboring_relation("poisson", "user", "zero_out")
+  rel, text = events.neighboring_relation("poisson", "user", "zero_out")
   assert rel == "zero_out" and "null dataset" in text
-  assert set(accounting.SAMPLERS) == {"poisson", "fixed_size"}
+  assert set(events.SAMPLERS) == {"poisson", "fixed_size"}
   with pytest.raises(FedJaxDpError, match="sampler"):
-    accounting.neighboring_relation("shuffle")
+    events.neighboring_relation("shuffle")
   # Each sampler's DpEvent is valid under its own relations only.
   with pytest.raises(FedJaxDpError, match="does not fit"):
-    accounting.neighboring_relation("fixed_size", relation="add_remove")
+    events.neighboring_relation("fixed_size", relation="add_remove")
   with pytest.raises(FedJaxDpError, match="does not fit"):
-    accounting.neighboring_relation("poisson", relation="replace_one")
+    events.neighboring_relation("poisson", relation="replace_one")
   with pytest.raises(FedJaxDpError, match="neighboring_relation"):
-    accounting.neighboring_relation("poisson", relation="swap")
+    events.neighboring_relation("poisson", relation="swap")
 
 
 def test_dp_accounting_relation_gives_every_gaussian_shift_semantics():
@@ -132,17 +133,17 @@ def test_dp_accounting_relation_gives_every_gaussian_shift_semantics():
   RDP as 1/z): events without sampling without replacement are composed under
   ADD_OR_REMOVE_ONE, so z = std / sensitivity means the same in both accountants."""
   g = dp_accounting.GaussianDpEvent(1.0)
-  assert accounting.dp_accounting_relation(g) is ADD_REMOVE
-  assert accounting.dp_accounting_relation(poisson(1.0, 0.1)) is ADD_REMOVE
+  assert events.dp_accounting_relation(g) is ADD_REMOVE
+  assert events.dp_accounting_relation(poisson(1.0, 0.1)) is ADD_REMOVE
   swor = dp_accounting.SampledWithoutReplacementDpEvent(10, 5, g)
-  assert accounting.dp_accounting_relation(
+  assert events.dp_accounting_relation(
       dp_accounting.SelfComposedDpEvent(swor, 3)) is REPLACE_ONE
   # The premise: dp_accounting's own PLD under REPLACE_ONE doubles the shift.
   pld_replace = dp_pld.PLDAccountant(REPLACE_ONE).compose(g).get_epsilon(DELTA)
   pld_shift = dp_pld.PLDAccountant(ADD_REMOVE).compose(g).get_epsilon(DELTA)
   rdp = dp_rdp.RdpAccountant(neighboring_relation=REPLACE_ONE).compose(g).get_epsilon(DELTA)
   assert pld_replace > 1.5 * pld_shift and rdp < 1.5 * pld_shift
-  assert accounting.event_epsilon(g, DELTA, "pld") == pytest.approx(pld_shift, rel=1e-9)
+  assert accountants.event_epsilon(g, DELTA, "pld") == pytest.approx(pld_shift, rel=1e-9)
 
 
 # --------------------------------------------------------------------------
@@ -193,7 +194,7 @@ def test_fixed_size_ledger_uses_replace_one_and_rdp_only():
   assert ledger.epsilon() == pytest.approx(
       direct_rdp_epsilon([event] * 5, relation=REPLACE_ONE), rel=1e-12)
   assert not ledger.supports("pld") and ledger.supports("rdp")
-  with pytest.raises(accounting.UnsupportedAccountingError, match="fixed_size"):
+  with pytest.raises(accountants.UnsupportedAccountingError, match="fixed_size"):
     ledger.epsilon(accountant="pld")
   # A fixed cohort size given at construction must match the recorded rate.
   fixed = PrivacyLedger(DELTA, sampler="fixed_size", population_size=100, cohort_size=10)
@@ -305,7 +306,7 @@ def test_runs_are_a_run_length_encoding(rounds):
     ledger.record(zi, qi, si)
   runs = ledger.events
   expanded = [e for e, c in runs for _ in range(c)]
-  assert expanded == [accounting.make_dp_event(zi, qi, si) for zi, qi, si in rounds]
+  assert expanded == [events.make_dp_event(zi, qi, si) for zi, qi, si in rounds]
   assert all(a[0] != b[0] for a, b in zip(runs, runs[1:]))
   assert ledger.num_rounds == len(rounds)
 
@@ -325,27 +326,27 @@ def test_runs_are_a_run_length_encoding(rounds):
 ])
 def test_calibration_inverts_compute_epsilon(kwargs):
   target = 3.0
-  z = accounting.calibrate_noise_multiplier(target, DELTA, **kwargs)
+  z = calibration.calibrate_noise_multiplier(target, DELTA, **kwargs)
   kw = dict(kwargs)
   q, rounds = kw.pop("sampling_rate"), kw.pop("rounds")
-  eps = accounting.compute_epsilon(z, q, rounds, DELTA, **kw)
+  eps = accountants.compute_epsilon(z, q, rounds, DELTA, **kw)
   assert eps <= target
   assert eps == pytest.approx(target, rel=1e-3)
-  assert accounting.compute_epsilon(0.95 * z, q, rounds, DELTA, **kw) > target
+  assert accountants.compute_epsilon(0.95 * z, q, rounds, DELTA, **kw) > target
 
 
 def test_calibration_larger_budget_needs_less_noise():
-  z3 = accounting.calibrate_noise_multiplier(3.0, DELTA, 1.0, 10)
-  z8 = accounting.calibrate_noise_multiplier(8.0, DELTA, 1.0, 10)
+  z3 = calibration.calibrate_noise_multiplier(3.0, DELTA, 1.0, 10)
+  z8 = calibration.calibrate_noise_multiplier(8.0, DELTA, 1.0, 10)
   assert z8 < z3
   # z = 1 is already enough for this target: the bracket search goes downwards.
-  z_big = accounting.calibrate_noise_multiplier(50.0, DELTA, 1.0, 1)
+  z_big = calibration.calibrate_noise_multiplier(50.0, DELTA, 1.0, 1)
   assert z_big < 1.0
-  assert accounting.compute_epsilon(z_big, 1.0, 1, DELTA) <= 50.0
+  assert accountants.compute_epsilon(z_big, 1.0, 1, DELTA) <= 50.0
 
 
 def test_compute_epsilon_matches_dp_accounting():
-  eps = accounting.compute_epsilon(1.1, 0.01, 200, DELTA, steps_per_round=2)
+  eps = accountants.compute_epsilon(1.1, 0.01, 200, DELTA, steps_per_round=2)
   direct = direct_rdp_epsilon(
       [dp_accounting.SelfComposedDpEvent(poisson(1.1, 0.01), 400)])
   assert eps == pytest.approx(direct, rel=1e-12)
@@ -353,14 +354,14 @@ def test_compute_epsilon_matches_dp_accounting():
 
 @pytest.mark.parametrize("z,q,rounds", [(1.0, 0.1, 100), (1.5, 0.01, 1000), (2.0, 1.0, 10)])
 def test_pld_is_tighter_than_rdp(z, q, rounds):
-  rdp = accounting.compute_epsilon(z, q, rounds, DELTA)
-  pld = accounting.compute_epsilon(z, q, rounds, DELTA, accountant="pld")
+  rdp = accountants.compute_epsilon(z, q, rounds, DELTA)
+  pld = accountants.compute_epsilon(z, q, rounds, DELTA, accountant="pld")
   assert 0.5 * rdp < pld <= rdp
 
 
 def test_pld_fixed_size_is_unsupported():
-  with pytest.raises(accounting.UnsupportedAccountingError, match="PLDAccountant"):
-    accounting.compute_epsilon(1.0, 0.1, 10, DELTA, sampler="fixed_size",
+  with pytest.raises(accountants.UnsupportedAccountingError, match="PLDAccountant"):
+    accountants.compute_epsilon(1.0, 0.1, 10, DELTA, sampler="fixed_size",
                                population_size=100, accountant="pld")
 
 
@@ -370,7 +371,7 @@ def test_a_cohort_of_the_whole_population_is_a_plain_gaussian():
   z = c / epsilon at epsilon = 5: the old event gave 63.49, the exact (PLD) value is
   58.45 (numbers of the issue)."""
   z = math.sqrt(2 * math.log(1.25 / 0.01)) / 5
-  event = accounting.make_dp_event(z, sampler="fixed_size", population_size=60,
+  event = events.make_dp_event(z, sampler="fixed_size", population_size=60,
                                    cohort_size=60)
   assert event == dp_accounting.GaussianDpEvent(z)
   ledger = PrivacyLedger(0.01, sampler="fixed_size", population_size=60, cohort_size=60)
@@ -388,7 +389,7 @@ def test_truncation_is_added_to_delta():
   """Issue 13, 1f: a padded Poisson draw that overflows its cap changes the mechanism on
   that event; the union bound over the rounds' draws enters delta as (1 + e^eps) p."""
   from scipy import stats
-  trunc = accounting.Truncation(population_size=100, cap=20, draws_per_step=3)
+  trunc = events.Truncation(population_size=100, cap=20, draws_per_step=3)
   ledger = PrivacyLedger(DELTA, truncation=trunc)
   ledger.record(1.0, 0.1, dp_steps=2, count=5)
   p = 5 * 3 * 2 * stats.binom.sf(20, 101, 0.1)
@@ -397,7 +398,7 @@ def test_truncation_is_added_to_delta():
   assert ledger.delta_total() == pytest.approx(DELTA + (1 + math.exp(eps)) * p, rel=1e-12)
   assert ledger.summary().delta_total == ledger.delta_total()
   # A cap above the largest possible draw never truncates.
-  none = PrivacyLedger(DELTA, truncation=accounting.Truncation(100, 101, 1))
+  none = PrivacyLedger(DELTA, truncation=events.Truncation(100, 101, 1))
   none.record(1.0, 0.5, count=10)
   assert none.truncation_probability() == 0.0 and none.delta_total() == DELTA
   restored = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
@@ -424,7 +425,7 @@ GOOD = dict(target_epsilon=2.0, delta=DELTA, sampling_rate=0.1, rounds=10)
 def test_calibration_rejects_bad_inputs(name, value):
   kwargs = dict(GOOD, **{name: value})
   with pytest.raises(FedJaxDpError, match=name):
-    accounting.calibrate_noise_multiplier(**kwargs)
+    calibration.calibrate_noise_multiplier(**kwargs)
 
 
 @pytest.mark.parametrize("name,value", [
@@ -436,7 +437,7 @@ def test_compute_epsilon_rejects_bad_inputs(name, value):
   kwargs = dict(noise_multiplier=1.0, sampling_rate=0.1, rounds=10, delta=DELTA)
   kwargs[name] = value
   with pytest.raises(FedJaxDpError, match=name):
-    accounting.compute_epsilon(**kwargs)
+    accountants.compute_epsilon(**kwargs)
 
 
 def test_ledger_rejects_bad_inputs_and_records_nothing():
@@ -547,7 +548,7 @@ def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
     return original_compose(self, event, count)
 
   monkeypatch.setattr(dp_rdp.RdpAccountant, "compose", counting_compose)
-  accounting._rdp_of.cache_clear()  # pylint: disable=protected-access
+  accountants._rdp_of.cache_clear()  # pylint: disable=protected-access
   ledger = PrivacyLedger(DELTA)
   eps = []
   for _ in range(100):
@@ -558,7 +559,7 @@ def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
   assert ledger.events == [(poisson(1.0, 0.1), 100)]
   assert eps_pld < eps[-1] == history[-1]
   assert _convergence_records(caplog.records) == []
-  ours = [r for r in caplog.records if r.name == accounting.__name__]
+  ours = [r for r in caplog.records if r.name == accountants.__name__]
   assert len(ours) == 1 and "1.1" in ours[0].getMessage()
   assert len(caplog.records) <= 6
   # The RDP of the unique event was computed once, not once per round.
@@ -567,7 +568,7 @@ def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
 
 def test_deduplication_silences_only_the_convergence_warning(caplog):
   caplog.set_level(logging.WARNING)
-  with accounting.deduplicate_rdp_convergence_warnings():
+  with accountants.deduplicate_rdp_convergence_warnings():
     dp_rdp.RdpAccountant().compose(poisson(0.9, 0.1), 3)
     absl_logging.warning("an unrelated dp_accounting warning")
   messages = [r.getMessage() for r in caplog.records]
