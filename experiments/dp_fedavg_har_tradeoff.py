@@ -69,7 +69,7 @@ def main(argv=None) -> int:
   args = p.parse_args(argv)
   rounds = args.rounds or (10 if args.quick else 50)
   seeds = list(range(args.seeds or (1 if args.quick else 3)))
-  logging.getLogger("fedjax_dp.privacy.accounting").setLevel(logging.ERROR)
+  logging.getLogger("fedjax_dp.privacy.accountants").setLevel(logging.ERROR)
   os.makedirs(args.out, exist_ok=True)
   data = load_dataset("har")
   majority = data.majority_class_accuracy()

@@ -31,7 +31,8 @@ from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_f
                                  make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, disclosure, schedules
+from fedjax_dp.privacy import accountants, calibration, disclosure, schedules
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)
@@ -190,7 +191,7 @@ class RunConfig:
     check_choice("server_optimizer", self.server_optimizer, SERVER_OPTIMIZERS)
     check_choice("accountant", self.accountant, ("rdp", "pld"))
     if self.algorithm == "amplitude_varying":  # K of U without replacement: RDP
-      accounting.check_accountant_supports(self.accountant, "fixed_size")
+      accountants.check_accountant_supports(self.accountant, "fixed_size")
     check_choice("noise_placement", self.noise_placement, ("central", "local"))
     check_choice("sensitivity_mode", self.sensitivity_mode, ("paper", "clipped_gradients"))
     if self.grad_clip_norm is not None:
@@ -554,7 +555,7 @@ def resolve_noise_multiplier(cfg: RunConfig, data, probe):
   if cfg.noise_multiplier is not None:  # with target_epsilon too: the budget guard
     return float(cfg.noise_multiplier)
   spec = probe.privacy
-  return accounting.calibrate(
+  return calibration.calibrate(
       lambda z: dp_accounting.SelfComposedDpEvent(spec.round_event(z), cfg.rounds),
       cfg.target_epsilon, cfg.delta, cfg.accountant)
 
@@ -618,7 +619,7 @@ class RunResult:
   state: Any
   records: List[Dict[str, Any]]
   summary: Dict[str, Any]
-  ledger: Optional[accounting.PrivacyLedger]
+  ledger: Optional[PrivacyLedger]
 
 
 def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
@@ -915,7 +916,7 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     c = alg.config
     summary.update(algos.padpfl.nominal_and_accountant_epsilons(c))
     if c["private"] and written:  # the broadcasts actually made, through a ledger
-      down = accounting.PrivacyLedger(cfg.delta, **alg.privacy.ledger_kwargs())
+      down = PrivacyLedger(cfg.delta, **alg.privacy.ledger_kwargs())
       down.record_many([r["noise_multiplier_downlink"] for r in written],
                        [1.0] * len(written), [1] * len(written))
       summary["epsilon_rdp_downlink"] = down.epsilon()
@@ -966,7 +967,7 @@ def _ledger_epsilon(ledger, accountant: str) -> Optional[float]:
     if hasattr(ledger, "worst_epsilon"):
       return ledger.worst_epsilon(accountant=accountant)
     return ledger.epsilon(accountant=accountant)
-  except accounting.UnsupportedAccountingError:
+  except accountants.UnsupportedAccountingError:
     return None
 
 
@@ -1001,7 +1002,7 @@ def _conditional_epsilon(alg, records: List[Dict[str, Any]], delta: float
                          ) -> Dict[str, Any]:
   """Papers 000 and 004: the accountant's epsilon *if* the paper's sensitivity held
   (each record's ``noise_multiplier_conditional``), beside the provable one."""
-  led = accounting.PrivacyLedger(delta, **alg.privacy.ledger_kwargs())
+  led = PrivacyLedger(delta, **alg.privacy.ledger_kwargs())
   led.record_many([r["noise_multiplier_conditional"] for r in records],
                   [r["sampling_rate"] for r in records], [r["dp_steps"] for r in records])
   provable = alg.config["sensitivity_mode"] != "paper"

@@ -15,7 +15,8 @@ from fedjax_dp.federated.client import DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import RoundConfig
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accountants, calibration
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
 NON_FINITE = [math.nan, math.inf, -math.inf]
@@ -126,35 +127,35 @@ def test_record_sampling_rate(value):
 @SETTINGS
 @given(eps=NOT_POSITIVE, delta=st.sampled_from([1e-5]))
 def test_calibration_epsilon(eps, delta):
-  _raises(lambda: accounting.calibrate_noise_multiplier(eps, delta, 0.1, 10),
+  _raises(lambda: calibration.calibrate_noise_multiplier(eps, delta, 0.1, 10),
           "epsilon")
 
 
 @SETTINGS
 @given(delta=NOT_DELTA)
 def test_accounting_delta(delta):
-  _raises(lambda: accounting.compute_epsilon(1.0, 0.1, 10, delta), "delta")
-  _raises(lambda: accounting.calibrate_noise_multiplier(1.0, delta, 0.1, 10), "delta")
-  _raises(lambda: accounting.PrivacyLedger(delta=delta), "delta")
+  _raises(lambda: accountants.compute_epsilon(1.0, 0.1, 10, delta), "delta")
+  _raises(lambda: calibration.calibrate_noise_multiplier(1.0, delta, 0.1, 10), "delta")
+  _raises(lambda: PrivacyLedger(delta=delta), "delta")
 
 
 @SETTINGS
 @given(z=NEGATIVE, q=st.sampled_from([0.1]))
 def test_accounting_noise_multiplier(z, q):
-  _raises(lambda: accounting.compute_epsilon(z, q, 10, 1e-5), "noise_multiplier")
+  _raises(lambda: accountants.compute_epsilon(z, q, 10, 1e-5), "noise_multiplier")
 
 
 @SETTINGS
 @given(q=NOT_PROBABILITY)
 def test_accounting_sampling_rate(q):
-  _raises(lambda: accounting.compute_epsilon(1.0, q, 10, 1e-5), "sampling_rate")
+  _raises(lambda: accountants.compute_epsilon(1.0, q, 10, 1e-5), "sampling_rate")
   _raises(lambda: PoissonSampler.create(100, q), "sampling_rate")
 
 
 @SETTINGS
 @given(rounds=NOT_COUNT)
 def test_accounting_rounds(rounds):
-  _raises(lambda: accounting.compute_epsilon(1.0, 0.1, rounds, 1e-5), "rounds")
+  _raises(lambda: accountants.compute_epsilon(1.0, 0.1, rounds, 1e-5), "rounds")
 
 
 @SETTINGS

@@ -136,7 +136,7 @@ def test_budget_guard_stops_before_the_round_that_would_pass_the_target(tmp_path
   """Fixed z with --target-epsilon: the ledger decides; the run stops after T rounds
   with eps(T) <= E < eps(T + 1), saves a checkpoint of round T and says so."""
   from fedjax_dp import cli
-  from fedjax_dp.privacy import accounting
+  from fedjax_dp.privacy import accountants
   out = tmp_path / "g"
   rc = cli.main(["run", *ARGS, "--rounds", "40", "--noise-multiplier", "2",
                  "--target-epsilon", "3", "--no-progress", "--out", str(out)])
@@ -146,8 +146,8 @@ def test_budget_guard_stops_before_the_round_that_would_pass_the_target(tmp_path
   assert s["budget_guard"] == {"target_epsilon": 3.0, "rounds_planned": 40, "rounds_run": t,
                                "stopped_early": True}
   q = s["sampling_rate"]
-  assert accounting.compute_epsilon(2.0, q, t, 1e-3) <= 3.0
-  assert accounting.compute_epsilon(2.0, q, t + 1, 1e-3) > 3.0
+  assert accountants.compute_epsilon(2.0, q, t, 1e-3) <= 3.0
+  assert accountants.compute_epsilon(2.0, q, t + 1, 1e-3) > 3.0
   assert s["rounds"] == t == len(_metrics(out)) and s["epsilon_rdp"] <= 3.0
   assert RunCheckpointer(str(out / "checkpoints")).latest() == t
   assert s["privacy_unit"] == "user-level" and s["accountant"] == "rdp"

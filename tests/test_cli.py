@@ -250,7 +250,7 @@ def test_amplitude_varying_from_the_main_job(tmp_path):
   assert s["epsilon_pld"] is None and "without replacement" in s["epsilon_pld_note"]
   assert s["privacy_unit"] == "record-level" and s["accountant"] == "rdp"
   # The accountant's epsilon from metrics.jsonl alone (fixed-size, replace-one RDP):
-  from fedjax_dp.privacy.accounting import PrivacyLedger
+  from fedjax_dp.privacy.ledger import PrivacyLedger
   led = PrivacyLedger(delta=rows[0]["delta"], sampler="fixed_size",
                       population_size=rows[0]["population_size"],
                       cohort_size=rows[0]["cohort_size"], privacy_unit="record",

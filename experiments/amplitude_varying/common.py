@@ -38,7 +38,8 @@ from fedjax_dp.data import load_dataset
 from fedjax_dp.federated import (PopulationData, make_block_fn, make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, schedules, sensitivity as sens_lib
+from fedjax_dp.privacy import schedules, sensitivity as sens_lib
+from fedjax_dp.privacy.ledger import PrivacyLedger
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import results_store  # noqa: E402  (experiments/results_store.py)
@@ -154,11 +155,11 @@ def epsilons(stddevs: tuple, calibration_sensitivity: float, sensitivity: float,
                                                    delta))
   for key, sens in (("epsilon_rdp", sensitivity),
                     ("epsilon_rdp_conditional", sensitivity_paper)):
-    fixed = accounting.PrivacyLedger(delta=delta, sampler="fixed_size", population_size=u,
-                                     cohort_size=k, privacy_unit="record")
+    fixed = PrivacyLedger(delta=delta, sampler="fixed_size", population_size=u,
+                          cohort_size=k, privacy_unit="record")
     fixed.record_many(s / sens, qs, ones)
     out[key] = fixed.epsilon()
-  pois = accounting.PrivacyLedger(delta=delta, sampler="poisson", privacy_unit="record")
+  pois = PrivacyLedger(delta=delta, sampler="poisson", privacy_unit="record")
   pois.record_many(s / sensitivity_paper, qs, ones)
   out["epsilon_rdp_poisson"] = pois.epsilon()
   return out

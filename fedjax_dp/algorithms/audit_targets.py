@@ -43,7 +43,8 @@ from fedjax_dp.federated.client import DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import RoundConfig, make_round
 from fedjax_dp.federated.sampling import PoissonSampler
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accountants
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
 #: The delta of every audit claim (a larger delta lowers the claim, not the bound, so
@@ -95,7 +96,7 @@ def _planned_claim(spec, noise_multiplier: float, rounds: int) -> Callable:
   """The claim the code makes for the configured noise (its `PrivacySpec`), for breaks
   that change the noise actually added."""
   event = dp_accounting.SelfComposedDpEvent(spec.round_event(noise_multiplier), rounds)
-  eps = accounting.event_epsilon(event, DELTA, "pld" if spec.supports("pld") else "rdp")
+  eps = accountants.event_epsilon(event, DELTA, "pld" if spec.supports("pld") else "rdp")
   return lambda metrics: eps
 
 
@@ -187,7 +188,7 @@ def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: flo
                              m["noise_multiplier"], np.float64)))
   elif brk == "min-over-sampled":
     kwargs = dict(alg_in.privacy.ledger_kwargs(), relation="add_remove")
-    claim = ledger_claim(lambda: accounting.PrivacyLedger(DELTA, **kwargs),
+    claim = ledger_claim(lambda: PrivacyLedger(DELTA, **kwargs),
                          transform=lambda m: _min_over_sampled(m, q))
   state = alg_in.init(jax.random.key(1))
   return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,

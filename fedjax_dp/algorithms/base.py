@@ -9,7 +9,8 @@ import jax
 
 from fedjax_dp.federated.round import RoundHParams
 from fedjax_dp.federated.server import ServerState
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import accountants, events
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
 
@@ -32,7 +33,7 @@ class PrivacySpec:
     sampling_rate: q of the event (the record rate for local DP-SGD).
     steps: noisy releases per round (local DP-SGD steps; 1 at user level).
     population_size, cohort_size: n and m of a fixed-size sampler (None for Poisson).
-    truncation: a `fedjax_dp.privacy.accounting.Truncation` when the event's Poisson
+    truncation: a `fedjax_dp.privacy.events.Truncation` when the event's Poisson
       draws are padded to a static cap (its probability is added to delta), or None.
     event_scale: the algorithm's noise-multiplier hyper-parameter times this is the
       event's noise multiplier (``clip_norm / sensitivity``: 1/2 for a fixed-size
@@ -50,7 +51,7 @@ class PrivacySpec:
   steps: int = 1
   population_size: Optional[int] = None
   cohort_size: Optional[int] = None
-  truncation: Optional[accounting.Truncation] = None
+  truncation: Optional[events.Truncation] = None
   event_scale: float = 1.0
   per_client: bool = False
   num_clients: Optional[int] = None
@@ -58,12 +59,12 @@ class PrivacySpec:
 
   def __post_init__(self):
     check_choice("unit", self.unit, ("user-level", "record-level"))
-    accounting.neighboring_relation(self.sampler, None, self.relation)  # the pairing
+    events.neighboring_relation(self.sampler, None, self.relation)  # the pairing
 
   @property
   def neighboring(self) -> str:
     """The relation in words (for summaries)."""
-    return accounting.neighboring_relation(self.sampler, self.unit, self.relation)[1]
+    return events.neighboring_relation(self.sampler, self.unit, self.relation)[1]
 
   def ledger_kwargs(self) -> Dict[str, Any]:
     """The `PrivacyLedger` arguments (besides delta) of this mechanism."""
@@ -77,22 +78,22 @@ class PrivacySpec:
     if self.per_client:
       from fedjax_dp.privacy.per_client import PerClientLedger
       return PerClientLedger(self.num_clients, delta, **self.ledger_kwargs())
-    return accounting.PrivacyLedger(delta, **self.ledger_kwargs())
+    return PrivacyLedger(delta, **self.ledger_kwargs())
 
   def round_event(self, noise_multiplier: float):
     """The planned `DpEvent` of one round whose noise-multiplier hyper-parameter is
     ``noise_multiplier`` (for calibration and the budget guard; the ledger composes the
     rounds' reported values, which a test checks against this)."""
-    return accounting.make_dp_event(
+    return events.make_dp_event(
         noise_multiplier * self.event_scale, self.sampling_rate, self.steps, self.sampler,
         self.population_size, self.cohort_size)
 
   def supports(self, accountant: str) -> bool:
     """Whether ``accountant`` can account for this mechanism's events."""
     try:
-      accounting.check_accountant_supports(accountant, self.sampler, self.population_size,
-                                           self.cohort_size)
-    except accounting.UnsupportedAccountingError:
+      accountants.check_accountant_supports(accountant, self.sampler, self.population_size,
+                                            self.cohort_size)
+    except accountants.UnsupportedAccountingError:
       return False
     return True
 

@@ -45,7 +45,7 @@ from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_u
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified, make_round,
                                        round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
-from fedjax_dp.privacy import accounting, sensitivity
+from fedjax_dp.privacy import events, sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 
@@ -98,11 +98,11 @@ def _sampler(data, sampler: str, sampling_rate, clients_per_round, k_max):
   return FixedSizeSampler.create(n, m)
 
 
-def _cohort_truncation(samp) -> Optional[accounting.Truncation]:
+def _cohort_truncation(samp) -> Optional[events.Truncation]:
   """A Poisson cohort padded to ``k_max`` can overflow (user-level delta term)."""
   if samp.kind != "poisson":
     return None
-  return accounting.Truncation(samp.population_size, samp.k_max, 1)
+  return events.Truncation(samp.population_size, samp.k_max, 1)
 
 
 def _check_noise_multipliers(noise_multiplier, noise_placement: str, num_clients: int):

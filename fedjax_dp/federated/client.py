@@ -26,7 +26,7 @@ Batching (static shapes):
   clients too (their step is pure noise): skipping it would reveal that the client
   has no record. Sampled batches are padded to the static ``max_batch_size``; the
   probability that a draw overflows it is added to delta by the ledger
-  (`fedjax_dp.privacy.accounting.Truncation`).
+  (`fedjax_dp.privacy.events.Truncation`).
 * Per-example gradient clipping without noise (``hparams.grad_clip_norm``): each step
   averages the minibatch's per-example gradients, each clipped to G, which bounds how
   far one example can move the local model
@@ -148,10 +148,10 @@ class DpSgdConfig:
     return cls(num_steps=steps, max_batch_size=max(1, min(max_examples, b)))
 
   def truncation(self, max_examples: int, client_slots: int):
-    """The `fedjax_dp.privacy.accounting.Truncation` of this config's Poisson batches:
+    """The `fedjax_dp.privacy.events.Truncation` of this config's Poisson batches:
     drawn from at most ``max_examples + 1`` records (a neighbour may hold one more),
     capped at ``max_batch_size``, once per step in each of ``client_slots`` clients."""
-    from fedjax_dp.privacy.accounting import Truncation
+    from fedjax_dp.privacy.events import Truncation
     return Truncation(int(max_examples), self.max_batch_size, int(client_slots))
 
 

@@ -242,7 +242,7 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     root_key: the run's root PRNG key.
     rounds: number of rounds (>= 1).
     block_size: rounds per compiled block (evaluation happens at block ends).
-    ledger: a `fedjax_dp.privacy.accounting.PrivacyLedger` or None; each round's
+    ledger: a `fedjax_dp.privacy.ledger.PrivacyLedger` or None; each round's
       (noise_multiplier, sampling_rate, dp_steps) are recorded and the RDP epsilon
       after the round is put in its record. A round with per-client noise multipliers
       (`RoundMetrics.client_noise_multipliers`) needs a

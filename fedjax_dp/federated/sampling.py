@@ -11,7 +11,7 @@ sensitivity (`fedjax_dp.federated.round.round_relation`); the samplers only samp
   If a draw still overflows, the extra clients are dropped, the round reports
   ``num_truncated > 0`` and the driver warns: never silent. Truncation changes the
   mechanism on that event, so its probability is added to delta by the ledger
-  (`fedjax_dp.privacy.accounting.Truncation`).
+  (`fedjax_dp.privacy.events.Truncation`).
   Pairs with ``PoissonSampledDpEvent(q, GaussianDpEvent(z))``, add/remove-one
   neighbouring datasets (McMahan et al., ICLR 2018; Zhu & Wang, ICML 2019).
 * `FixedSizeSampler`: ``m`` distinct clients uniformly without replacement. Pairs with

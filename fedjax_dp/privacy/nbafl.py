@@ -50,8 +50,9 @@ from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
 import numpy as np
 
-from fedjax_dp.privacy.accounting import (ACCOUNTANTS, DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
-                                          DEFAULT_RDP_ORDERS)
+from fedjax_dp.privacy.accountants import (ACCOUNTANTS,
+                                           DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
+                                           DEFAULT_RDP_ORDERS)
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive, check_weights)
 

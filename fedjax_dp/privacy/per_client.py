@@ -19,7 +19,8 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from fedjax_dp.privacy.accounting import ACCOUNTANTS, PrivacyLedger
+from fedjax_dp.privacy.accountants import ACCOUNTANTS
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
 
 _FORMAT = "fedjax_dp.PerClientLedger"

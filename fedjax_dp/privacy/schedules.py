@@ -16,7 +16,7 @@ budget invariant; the implementation note, section 2.8). Eq. (8) is the geometri
 schedule that spends exactly B. The paper drops terms when it minimises over lambda:
 its own bound gives ``R/2 + sqrt(2 R ln(1/delta))`` (`paper_epsilon_exact`), and a
 standard RDP accountant gives more again for strongly varying schedules. Use the
-`fedjax_dp.privacy.accounting.PrivacyLedger` for the epsilon you report; these
+`fedjax_dp.privacy.ledger.PrivacyLedger` for the epsilon you report; these
 functions reproduce the paper.
 
 Units: sigma is in parameter units (the noise is added to model weights), Delta_s in

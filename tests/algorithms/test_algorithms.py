@@ -12,7 +12,7 @@ from fedjax_dp.federated import PopulationData, constant_schedule, run_rounds
 from fedjax_dp.federated.driver import make_block_fn, make_evaluator
 from fedjax_dp.federated.sampling import poisson_k_max
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting
+from fedjax_dp.privacy import events
 from fedjax_dp.validation import FedJaxDpError
 
 
@@ -160,7 +160,7 @@ def test_builder_attributes(env):
   assert alg.hparams.sampling_rate == pytest.approx(6 / n)
   spec = alg.privacy
   assert (spec.sampler, spec.relation, spec.event_scale) == ("poisson", "add_remove", 1.0)
-  assert spec.truncation == accounting.Truncation(n, alg.k_max, 1)
+  assert spec.truncation == events.Truncation(n, alg.k_max, 1)
   assert "add/remove" in spec.neighboring
   fixed = dp_fedavg(model, fd, clients_per_round=6, sampler="fixed_size")
   assert fixed.k_max == 6 and "replace" in fixed.privacy.neighboring

@@ -69,17 +69,17 @@ def test_claim_only_breaks_share_the_simulation_and_the_claim_is_the_ledgers():
   setup = next(t for t in audit_targets.TARGETS
                if t.name == "dp_fedavg/fixed_size_everyone").build()
   # Two rounds of a plain Gaussian with z = 3 / 2 (replace-one: std / 2C), PLD:
-  from fedjax_dp.privacy import accounting
-  expected = accounting.compute_epsilon(1.5, 1.0, 2, audit_targets.DELTA, accountant="pld")
+  from fedjax_dp.privacy import accountants
+  expected = accountants.compute_epsilon(1.5, 1.0, 2, audit_targets.DELTA, accountant="pld")
   assert shipped.claimed_epsilon == pytest.approx(expected, rel=1e-9)
   assert broken.claimed_epsilon == pytest.approx(
-      accounting.compute_epsilon(3.0, 1.0, 2, audit_targets.DELTA, accountant="pld"),
+      accountants.compute_epsilon(3.0, 1.0, 2, audit_targets.DELTA, accountant="pld"),
       rel=1e-9)
   assert setup.rounds == 2 and setup.simulation_key == "dp_fedavg/fixed_size_everyone/shipped"
 
 
 def test_ledger_claim_takes_the_median_over_repetitions():
-  from fedjax_dp.privacy.accounting import PrivacyLedger
+  from fedjax_dp.privacy.ledger import PrivacyLedger
   claim = auditing.ledger_claim(lambda: PrivacyLedger(1e-3))
   z = np.array([[1.0, 1.0], [1.0, np.inf], [1.0, np.inf]])  # inf: composes nothing
   metrics = dict(noise_multiplier=z, sampling_rate=np.ones((3, 2)), dp_steps=np.ones((3, 2)))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.auditing import gaussian_sum_mechanism
-from fedjax_dp.privacy import accounting, audit
+from fedjax_dp.privacy import accountants, audit
 from fedjax_dp.validation import FedJaxDpError
 
 DELTA = 1e-3
@@ -19,7 +19,7 @@ def setup():
   rng = np.random.default_rng(0)
   others = jnp.asarray(rng.normal(size=(5, 40)), jnp.float32)
   canary = jnp.zeros(40, jnp.float32).at[3].set(1.0)
-  claimed = accounting.compute_epsilon(Z, 1.0, 1, DELTA, accountant="pld")
+  claimed = accountants.compute_epsilon(Z, 1.0, 1, DELTA, accountant="pld")
   return others, canary, claimed
 
 
@@ -57,7 +57,7 @@ def test_a_held_out_test_is_a_valid_confidence_bound_and_the_best_threshold_is_n
   overstates the bound far more often than alpha allows; the held-out test does not."""
   mu, n, trials, alpha = 1.0, 2000, 200, 0.05
   # Exact epsilon of N(0,1) vs N(mu,1) at DELTA (the Gaussian mechanism's curve).
-  eps = accounting.compute_epsilon(1 / mu, 1.0, 1, DELTA, accountant="pld")
+  eps = accountants.compute_epsilon(1 / mu, 1.0, 1, DELTA, accountant="pld")
   rng = np.random.default_rng(7)
   same_data, held_out = 0, 0
   for _ in range(trials):

@@ -16,7 +16,8 @@ from fedjax_dp.auditing import population, stored_update_client
 from fedjax_dp.federated import PopulationData, constant_schedule, run_rounds
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, sensitivity
+from fedjax_dp.privacy import accountants, calibration, sensitivity
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.privacy.per_client import PerClientLedger
 from fedjax_dp.validation import FedJaxDpError
 
@@ -47,8 +48,8 @@ def test_fixed_size_rounds_report_z_over_the_replace_one_sensitivity():
   ledger = alg.privacy.make_ledger(1e-5)
   ledger.record(float(m.noise_multiplier), float(m.sampling_rate), count=100)
   assert ledger.epsilon() == pytest.approx(83.94, abs=0.01)
-  old = accounting.compute_epsilon(1.0, 0.1, 100, 1e-5, sampler="fixed_size",
-                                   population_size=1000)
+  old = accountants.compute_epsilon(1.0, 0.1, 100, 1e-5, sampler="fixed_size",
+                                    population_size=1000)
   assert old == pytest.approx(14.05, abs=0.01) and ledger.epsilon() > 5 * old
   # Planning (calibration, budget guard) uses the same event as the reports.
   assert alg.privacy.round_event(1.0) == ledger.events[0][0]
@@ -62,10 +63,10 @@ def test_fixed_size_calibration_returns_the_algorithms_own_noise_multiplier():
   alg = dp_fedavg(MODEL, data, clip_norm=1.0, noise_multiplier=1.0, clients_per_round=20,
                   sampler="fixed_size", client_update=client)
   spec = alg.privacy
-  z = accounting.calibrate(
+  z = calibration.calibrate(
       lambda x: dp_accounting.SelfComposedDpEvent(spec.round_event(x), 30), 3.0, 1e-5)
-  z_event = accounting.calibrate_noise_multiplier(3.0, 1e-5, 0.1, 30, sampler="fixed_size",
-                                                  population_size=200)
+  z_event = calibration.calibrate_noise_multiplier(3.0, 1e-5, 0.1, 30, sampler="fixed_size",
+                                                   population_size=200)
   assert z == pytest.approx(2 * z_event, rel=1e-3)
 
 
@@ -98,7 +99,7 @@ def test_per_client_ledger_accounts_every_client_in_every_round():
   led = PerClientLedger(100, 1e-5)
   worst = led.record_many(np.tile(z, (50, 1)), np.full(50, 0.1), 1)
   assert led.worst_epsilon() == pytest.approx(
-      accounting.compute_epsilon(0.5, 0.1, 50, 1e-5), rel=1e-9)
+      accountants.compute_epsilon(0.5, 0.1, 50, 1e-5), rel=1e-9)
   assert led.worst_epsilon() == pytest.approx(25.88, abs=0.01)
   assert worst[-1] == led.worst_epsilon() and np.all(np.diff(worst) >= 0)
   eps = led.epsilons()
@@ -119,13 +120,13 @@ def test_per_client_run_through_the_driver():
   assert sched.noise_multiplier.shape == (4, 6)
   state, recs = run_rounds(alg.round_fn, alg.init(jax.random.key(0)), data, sched,
                            jax.random.key(1), rounds=4, block_size=2, ledger=led)
-  expected = accounting.compute_epsilon(0.8, 1.0, 4, 1e-5)  # plain Gaussian, every round
+  expected = accountants.compute_epsilon(0.8, 1.0, 4, 1e-5)  # plain Gaussian, every round
   assert recs[-1]["epsilon"] == pytest.approx(expected, rel=1e-6)  # float32 z
-  assert led.epsilons()[3] == pytest.approx(accounting.compute_epsilon(3.0, 1.0, 4, 1e-5),
+  assert led.epsilons()[3] == pytest.approx(accountants.compute_epsilon(3.0, 1.0, 4, 1e-5),
                                             rel=1e-6)
   with pytest.raises(FedJaxDpError, match="PerClientLedger"):
     run_rounds(alg.round_fn, state, data, sched, jax.random.key(1), rounds=1,
-               ledger=accounting.PrivacyLedger(1e-5))
+               ledger=PrivacyLedger(1e-5))
 
 
 def test_per_client_ledger_round_trips_and_rejects_bad_shapes():
@@ -260,8 +261,8 @@ def test_budget_guard_composes_the_fixed_size_event():
   alg = build_algorithm(cfg, create_model("linear", data.feature_shape, data.num_classes),
                         data, 4.0)
   allowed = budget_rounds(cfg, alg, 4.0)
-  eps = lambda z, t: accounting.compute_epsilon(z, 0.25, t, 1e-5, sampler="fixed_size",
-                                                population_size=20)
+  eps = lambda z, t: accountants.compute_epsilon(z, 0.25, t, 1e-5, sampler="fixed_size",
+                                                 population_size=20)
   assert 1 < allowed < 400
   assert eps(2.0, allowed) <= 4.0 < eps(2.0, allowed + 1)
   assert eps(4.0, 2 * allowed) <= 4.0  # the old guard (z = std / C) allowed > 2x more

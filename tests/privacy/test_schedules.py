@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fedjax_dp.privacy import accounting, schedules
+from fedjax_dp.privacy import schedules
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
 D600 = schedules.sensitivity(5.0, 600)  # Delta_s = 2C/|D_k| = 1/60
@@ -138,8 +139,8 @@ def test_ledger_epsilon_of_a_geometric_schedule_equals_direct_dp_accounting():
   s = schedules.geometric_schedule(vartheta=1.05, rounds=6, **dict(KW, epsilon=2.0))
   z = s / D600
   assert len(set(np.round(z, 9))) == 6  # six different events
-  ledger = accounting.PrivacyLedger(delta=1e-3, sampler="fixed_size", population_size=100,
-                                    cohort_size=10, privacy_unit="record")
+  ledger = PrivacyLedger(delta=1e-3, sampler="fixed_size", population_size=100,
+                         cohort_size=10, privacy_unit="record")
   ledger.record_many(z, np.full(6, 0.1), np.ones(6, int))
   rdp = dp_accounting.rdp.RdpAccountant(
       neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
@@ -151,7 +152,7 @@ def test_ledger_epsilon_of_a_geometric_schedule_equals_direct_dp_accounting():
   for zm in z:
     pois.compose(dp_accounting.PoissonSampledDpEvent(0.1, dp_accounting.GaussianDpEvent(
         float(zm))))
-  ledger_p = accounting.PrivacyLedger(delta=1e-3, sampler="poisson")
+  ledger_p = PrivacyLedger(delta=1e-3, sampler="poisson")
   ledger_p.record_many(z, np.full(6, 0.1), np.ones(6, int))
   assert ledger_p.epsilon(accountant="pld") == pytest.approx(pois.get_epsilon(1e-3),
                                                              rel=1e-2)

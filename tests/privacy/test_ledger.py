@@ -1,25 +1,23 @@
-"""Tests for `fedjax_dp.privacy.accounting` against direct dp_accounting computations."""
+"""Tests for `fedjax_dp.privacy.ledger` against direct dp_accounting computations."""
 
 import json
-import logging
 import math
 
 import dp_accounting
 from dp_accounting import pld as dp_pld
 from dp_accounting import rdp as dp_rdp
-from absl import logging as absl_logging
 from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from fedjax_dp.privacy import accounting
-from fedjax_dp.privacy.accounting import PrivacyLedger
+from fedjax_dp.privacy import accountants
+from fedjax_dp.privacy.events import Truncation, make_dp_event
+from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
 DELTA = 1e-5
 ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
-CONVERGENCE_MSG = "_compute_log_a_frac failed to converge"
 # Coarse PLD grid where exact agreement with an equally configured PLDAccountant
 # is checked; keeps the module fast.
 COARSE = 1e-3
@@ -61,88 +59,6 @@ def geometric_events():
   events = [poisson(z, GEO_Q) for z in GEO_Z]
   events += [dp_accounting.SelfComposedDpEvent(poisson(1.2, 0.02), 3)] * 4
   return events
-
-
-# --------------------------------------------------------------------------
-# make_dp_event / neighboring_relation
-# --------------------------------------------------------------------------
-
-
-def test_make_dp_event_poisson_gaussian_and_steps():
-  assert accounting.make_dp_event(1.3, 0.1) == poisson(1.3, 0.1)
-  assert accounting.make_dp_event(1.3, 1.0) == dp_accounting.GaussianDpEvent(1.3)
-  assert accounting.make_dp_event(1.3) == dp_accounting.GaussianDpEvent(1.3)
-  assert accounting.make_dp_event(1.3, 0.1, steps=5) == (
-      dp_accounting.SelfComposedDpEvent(poisson(1.3, 0.1), 5))
-
-
-def test_make_dp_event_fixed_size():
-  event = accounting.make_dp_event(1.0, sampler="fixed_size", population_size=200,
-                                   cohort_size=20)
-  assert event == dp_accounting.SampledWithoutReplacementDpEvent(
-      200, 20, dp_accounting.GaussianDpEvent(1.0))
-  # The cohort is derived from a (float32) sampling rate.
-  derived = accounting.make_dp_event(1.0, float(np.float32(20 / 200)), sampler="fixed_size",
-                                     population_size=200)
-  assert derived == event
-  with pytest.raises(FedJaxDpError, match="population_size"):
-    accounting.make_dp_event(1.0, 0.1, sampler="fixed_size")
-  with pytest.raises(FedJaxDpError, match="sampling_rate"):
-    accounting.make_dp_event(1.0, 0.3, sampler="fixed_size", population_size=200,
-                             cohort_size=20)
-  with pytest.raises(FedJaxDpError, match="integer cohort"):
-    accounting.make_dp_event(1.0, 0.1234, sampler="fixed_size", population_size=200)
-
-
-def test_zero_noise_is_non_private():
-  assert accounting.make_dp_event(0.0, 0.1, steps=3) == dp_accounting.NonPrivateDpEvent()
-  assert accounting.compute_epsilon(0.0, 0.1, 10, DELTA) == math.inf
-  ledger = PrivacyLedger(DELTA)
-  ledger.record(1.0, 0.01)
-  assert math.isfinite(ledger.epsilon())
-  ledger.record(0.0, 0.01)
-  ledger.record(1.0, 0.01)
-  assert ledger.epsilon() == math.inf
-  assert ledger.epsilon(accountant="pld") == math.inf
-  hist = ledger.epsilon_history()
-  assert math.isfinite(hist[0]) and np.all(np.isinf(hist[1:]))
-
-
-def test_neighboring_relation():
-  rel, text = accounting.neighboring_relation("poisson", "user")
-  assert rel == "add_remove" and "add/remove" in text and "user" in text
-  rel, text = accounting.neighboring_relation("fixed_size", "record")
-  assert rel == "replace_one" and "replace-one" in text and "record" in text
-  rel, text = accounting.neighboring_relation("poisson", "user", "zero_out")
-  assert rel == "zero_out" and "null dataset" in text
-  assert set(accounting.SAMPLERS) == {"poisson", "fixed_size"}
-  with pytest.raises(FedJaxDpError, match="sampler"):
-    accounting.neighboring_relation("shuffle")
-  # Each sampler's DpEvent is valid under its own relations only.
-  with pytest.raises(FedJaxDpError, match="does not fit"):
-    accounting.neighboring_relation("fixed_size", relation="add_remove")
-  with pytest.raises(FedJaxDpError, match="does not fit"):
-    accounting.neighboring_relation("poisson", relation="replace_one")
-  with pytest.raises(FedJaxDpError, match="neighboring_relation"):
-    accounting.neighboring_relation("poisson", relation="swap")
-
-
-def test_dp_accounting_relation_gives_every_gaussian_shift_semantics():
-  """dp_accounting's PLD reads GaussianDpEvent(z) under REPLACE_ONE as a shift of 2/z (its
-  RDP as 1/z): events without sampling without replacement are composed under
-  ADD_OR_REMOVE_ONE, so z = std / sensitivity means the same in both accountants."""
-  g = dp_accounting.GaussianDpEvent(1.0)
-  assert accounting.dp_accounting_relation(g) is ADD_REMOVE
-  assert accounting.dp_accounting_relation(poisson(1.0, 0.1)) is ADD_REMOVE
-  swor = dp_accounting.SampledWithoutReplacementDpEvent(10, 5, g)
-  assert accounting.dp_accounting_relation(
-      dp_accounting.SelfComposedDpEvent(swor, 3)) is REPLACE_ONE
-  # The premise: dp_accounting's own PLD under REPLACE_ONE doubles the shift.
-  pld_replace = dp_pld.PLDAccountant(REPLACE_ONE).compose(g).get_epsilon(DELTA)
-  pld_shift = dp_pld.PLDAccountant(ADD_REMOVE).compose(g).get_epsilon(DELTA)
-  rdp = dp_rdp.RdpAccountant(neighboring_relation=REPLACE_ONE).compose(g).get_epsilon(DELTA)
-  assert pld_replace > 1.5 * pld_shift and rdp < 1.5 * pld_shift
-  assert accounting.event_epsilon(g, DELTA, "pld") == pytest.approx(pld_shift, rel=1e-9)
 
 
 # --------------------------------------------------------------------------
@@ -193,7 +109,7 @@ def test_fixed_size_ledger_uses_replace_one_and_rdp_only():
   assert ledger.epsilon() == pytest.approx(
       direct_rdp_epsilon([event] * 5, relation=REPLACE_ONE), rel=1e-12)
   assert not ledger.supports("pld") and ledger.supports("rdp")
-  with pytest.raises(accounting.UnsupportedAccountingError, match="fixed_size"):
+  with pytest.raises(accountants.UnsupportedAccountingError, match="fixed_size"):
     ledger.epsilon(accountant="pld")
   # A fixed cohort size given at construction must match the recorded rate.
   fixed = PrivacyLedger(DELTA, sampler="fixed_size", population_size=100, cohort_size=10)
@@ -305,63 +221,14 @@ def test_runs_are_a_run_length_encoding(rounds):
     ledger.record(zi, qi, si)
   runs = ledger.events
   expanded = [e for e, c in runs for _ in range(c)]
-  assert expanded == [accounting.make_dp_event(zi, qi, si) for zi, qi, si in rounds]
+  assert expanded == [make_dp_event(zi, qi, si) for zi, qi, si in rounds]
   assert all(a[0] != b[0] for a, b in zip(runs, runs[1:]))
   assert ledger.num_rounds == len(rounds)
 
 
 # --------------------------------------------------------------------------
-# Calibration and compute_epsilon
+# Whole-population cohorts and truncation
 # --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("kwargs", [
-    dict(sampling_rate=0.05, rounds=50),
-    dict(sampling_rate=0.02, rounds=20, steps_per_round=5),
-    dict(sampling_rate=None, rounds=30, sampler="fixed_size", population_size=200,
-         cohort_size=20),
-    dict(sampling_rate=0.05, rounds=50, accountant="pld",
-         pld_value_discretization_interval=COARSE),
-])
-def test_calibration_inverts_compute_epsilon(kwargs):
-  target = 3.0
-  z = accounting.calibrate_noise_multiplier(target, DELTA, **kwargs)
-  kw = dict(kwargs)
-  q, rounds = kw.pop("sampling_rate"), kw.pop("rounds")
-  eps = accounting.compute_epsilon(z, q, rounds, DELTA, **kw)
-  assert eps <= target
-  assert eps == pytest.approx(target, rel=1e-3)
-  assert accounting.compute_epsilon(0.95 * z, q, rounds, DELTA, **kw) > target
-
-
-def test_calibration_larger_budget_needs_less_noise():
-  z3 = accounting.calibrate_noise_multiplier(3.0, DELTA, 1.0, 10)
-  z8 = accounting.calibrate_noise_multiplier(8.0, DELTA, 1.0, 10)
-  assert z8 < z3
-  # z = 1 is already enough for this target: the bracket search goes downwards.
-  z_big = accounting.calibrate_noise_multiplier(50.0, DELTA, 1.0, 1)
-  assert z_big < 1.0
-  assert accounting.compute_epsilon(z_big, 1.0, 1, DELTA) <= 50.0
-
-
-def test_compute_epsilon_matches_dp_accounting():
-  eps = accounting.compute_epsilon(1.1, 0.01, 200, DELTA, steps_per_round=2)
-  direct = direct_rdp_epsilon(
-      [dp_accounting.SelfComposedDpEvent(poisson(1.1, 0.01), 400)])
-  assert eps == pytest.approx(direct, rel=1e-12)
-
-
-@pytest.mark.parametrize("z,q,rounds", [(1.0, 0.1, 100), (1.5, 0.01, 1000), (2.0, 1.0, 10)])
-def test_pld_is_tighter_than_rdp(z, q, rounds):
-  rdp = accounting.compute_epsilon(z, q, rounds, DELTA)
-  pld = accounting.compute_epsilon(z, q, rounds, DELTA, accountant="pld")
-  assert 0.5 * rdp < pld <= rdp
-
-
-def test_pld_fixed_size_is_unsupported():
-  with pytest.raises(accounting.UnsupportedAccountingError, match="PLDAccountant"):
-    accounting.compute_epsilon(1.0, 0.1, 10, DELTA, sampler="fixed_size",
-                               population_size=100, accountant="pld")
 
 
 def test_a_cohort_of_the_whole_population_is_a_plain_gaussian():
@@ -370,8 +237,8 @@ def test_a_cohort_of_the_whole_population_is_a_plain_gaussian():
   z = c / epsilon at epsilon = 5: the old event gave 63.49, the exact (PLD) value is
   58.45 (numbers of the issue)."""
   z = math.sqrt(2 * math.log(1.25 / 0.01)) / 5
-  event = accounting.make_dp_event(z, sampler="fixed_size", population_size=60,
-                                   cohort_size=60)
+  event = make_dp_event(z, sampler="fixed_size", population_size=60,
+                        cohort_size=60)
   assert event == dp_accounting.GaussianDpEvent(z)
   ledger = PrivacyLedger(0.01, sampler="fixed_size", population_size=60, cohort_size=60)
   assert ledger.supports("pld")
@@ -388,7 +255,7 @@ def test_truncation_is_added_to_delta():
   """Issue 13, 1f: a padded Poisson draw that overflows its cap changes the mechanism on
   that event; the union bound over the rounds' draws enters delta as (1 + e^eps) p."""
   from scipy import stats
-  trunc = accounting.Truncation(population_size=100, cap=20, draws_per_step=3)
+  trunc = Truncation(population_size=100, cap=20, draws_per_step=3)
   ledger = PrivacyLedger(DELTA, truncation=trunc)
   ledger.record(1.0, 0.1, dp_steps=2, count=5)
   p = 5 * 3 * 2 * stats.binom.sf(20, 101, 0.1)
@@ -397,7 +264,7 @@ def test_truncation_is_added_to_delta():
   assert ledger.delta_total() == pytest.approx(DELTA + (1 + math.exp(eps)) * p, rel=1e-12)
   assert ledger.summary().delta_total == ledger.delta_total()
   # A cap above the largest possible draw never truncates.
-  none = PrivacyLedger(DELTA, truncation=accounting.Truncation(100, 101, 1))
+  none = PrivacyLedger(DELTA, truncation=Truncation(100, 101, 1))
   none.record(1.0, 0.5, count=10)
   assert none.truncation_probability() == 0.0 and none.delta_total() == DELTA
   restored = PrivacyLedger.from_dict(json.loads(json.dumps(ledger.to_dict())))
@@ -407,36 +274,6 @@ def test_truncation_is_added_to_delta():
 # --------------------------------------------------------------------------
 # Bad inputs
 # --------------------------------------------------------------------------
-
-GOOD = dict(target_epsilon=2.0, delta=DELTA, sampling_rate=0.1, rounds=10)
-
-
-@pytest.mark.parametrize("name,value", [
-    ("target_epsilon", -1.0), ("target_epsilon", 0.0), ("target_epsilon", float("nan")),
-    ("target_epsilon", float("inf")),
-    ("delta", 0.0), ("delta", 1.0), ("delta", 1.5), ("delta", float("nan")),
-    ("sampling_rate", 0.0), ("sampling_rate", 1.5), ("sampling_rate", -0.1),
-    ("sampling_rate", float("nan")),
-    ("rounds", 0), ("rounds", 2.5),
-    ("steps_per_round", 0), ("sampler", "shuffle"), ("accountant", "moments"),
-    ("tol", 0.0),
-])
-def test_calibration_rejects_bad_inputs(name, value):
-  kwargs = dict(GOOD, **{name: value})
-  with pytest.raises(FedJaxDpError, match=name):
-    accounting.calibrate_noise_multiplier(**kwargs)
-
-
-@pytest.mark.parametrize("name,value", [
-    ("noise_multiplier", -0.5), ("noise_multiplier", float("nan")),
-    ("noise_multiplier", float("inf")), ("sampling_rate", 0.0),
-    ("sampling_rate", 1.01), ("delta", 1.0), ("rounds", 0), ("steps_per_round", 0),
-])
-def test_compute_epsilon_rejects_bad_inputs(name, value):
-  kwargs = dict(noise_multiplier=1.0, sampling_rate=0.1, rounds=10, delta=DELTA)
-  kwargs[name] = value
-  with pytest.raises(FedJaxDpError, match=name):
-    accounting.compute_epsilon(**kwargs)
 
 
 def test_ledger_rejects_bad_inputs_and_records_nothing():
@@ -517,64 +354,3 @@ def test_summary_describes_the_guarantee():
       "user-level")
   with pytest.raises(FedJaxDpError, match="privacy_unit"):
     PrivacyLedger(DELTA, privacy_unit="client")
-
-
-# --------------------------------------------------------------------------
-# Log hygiene
-# --------------------------------------------------------------------------
-
-
-def _convergence_records(records):
-  return [r for r in records if r.name == "absl" and CONVERGENCE_MSG in r.getMessage()]
-
-
-def test_dp_accounting_itself_warns_on_every_compose(caplog):
-  """The premise of the log-hygiene code: dp-accounting 0.6.0 warns per order and call."""
-  caplog.set_level(logging.WARNING)
-  acc = dp_rdp.RdpAccountant()
-  acc.compose(poisson(1.0, 0.1))
-  acc.compose(poisson(1.0, 0.1))
-  assert len(_convergence_records(caplog.records)) >= 2 * 5
-
-
-def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
-  caplog.set_level(logging.WARNING)
-  composes = []
-  original_compose = dp_rdp.RdpAccountant.compose
-
-  def counting_compose(self, event, count=1):
-    composes.append(event)
-    return original_compose(self, event, count)
-
-  monkeypatch.setattr(dp_rdp.RdpAccountant, "compose", counting_compose)
-  accounting._rdp_of.cache_clear()  # pylint: disable=protected-access
-  ledger = PrivacyLedger(DELTA)
-  eps = []
-  for _ in range(100):
-    ledger.record(1.0, 0.1)
-    eps.append(ledger.epsilon())  # what a driver does after each round
-  history = ledger.epsilon_history()
-  eps_pld = ledger.epsilon(accountant="pld")
-  assert ledger.events == [(poisson(1.0, 0.1), 100)]
-  assert eps_pld < eps[-1] == history[-1]
-  assert _convergence_records(caplog.records) == []
-  ours = [r for r in caplog.records if r.name == accounting.__name__]
-  assert len(ours) == 1 and "1.1" in ours[0].getMessage()
-  assert len(caplog.records) <= 6
-  # The RDP of the unique event was computed once, not once per round.
-  assert composes == [poisson(1.0, 0.1)]
-
-
-def test_deduplication_silences_only_the_convergence_warning(caplog):
-  caplog.set_level(logging.WARNING)
-  with accounting.deduplicate_rdp_convergence_warnings():
-    dp_rdp.RdpAccountant().compose(poisson(0.9, 0.1), 3)
-    absl_logging.warning("an unrelated dp_accounting warning")
-  messages = [r.getMessage() for r in caplog.records]
-  assert "an unrelated dp_accounting warning" in messages
-  assert _convergence_records(caplog.records) == []
-  assert sum("did not converge" in m for m in messages) == 1
-  # Outside the context manager, nothing is filtered any more.
-  caplog.clear()
-  dp_rdp.RdpAccountant().compose(poisson(0.9, 0.1))
-  assert _convergence_records(caplog.records)

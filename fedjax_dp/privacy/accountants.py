@@ -1,0 +1,291 @@
+"""Accountants: the (epsilon, delta) of `fedjax_dp.privacy.events`' DpEvents, from
+Google's `dp_accounting`.
+
+* `ACCOUNTANTS`, `DEFAULT_RDP_ORDERS`, `DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL`: the
+  accountants (RDP and PLD) and their defaults.
+* `check_accountant_supports` / `UnsupportedAccountingError`: dp-accounting's PLD has no
+  event for sampling without replacement.
+* `event_epsilon`: epsilon of any event; `compute_epsilon`: epsilon of a constant
+  schedule (its inverse is `fedjax_dp.privacy.calibration`).
+* `deduplicate_rdp_convergence_warnings`: log hygiene (below).
+
+Events follow the one convention of `fedjax_dp.privacy.events` ("this module's
+convention" below) and are composed under `dp_accounting_relation`, which keeps one
+meaning of the noise multiplier in every accountant.
+
+Accounting is never re-implemented here. RDP values come from
+`dp_accounting.rdp.RdpAccountant` and the conversion to (epsilon, delta) from
+`dp_accounting.rdp.rdp_privacy_accountant.compute_epsilon`; PLD values come
+from `dp_accounting.pld.PLDAccountant`. `fedjax_dp.privacy.ledger` only caches
+per-event RDP vectors (computed here) and adds them.
+
+Log hygiene. dp-accounting 0.6.0 computes the RDP of a Poisson-subsampled
+Gaussian at fractional orders with a series that, for moderate q and z (e.g.
+q = 0.1, z = 1.0), does not converge within 1000 terms at orders 1.1 ... 1.5;
+for each such order and *every* `compose` call it logs (absl logging, logger
+``"absl"``) "_compute_log_a_frac failed to converge ... Excluding this order"
+and uses RDP = +inf there. Those orders are simply dropped from the minimum over
+orders, so epsilon is still a valid upper bound. This module computes each
+unique event's RDP once, swallows exactly that message while doing so (no other
+message is touched) and logs one summary per ledger / per call instead, on the
+logger ``"fedjax_dp.privacy.accountants"`` (the ledger's summaries included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
+
+from absl import logging as absl_logging
+import dp_accounting
+from dp_accounting import pld as dp_pld
+from dp_accounting import rdp as dp_rdp
+from dp_accounting.rdp import rdp_privacy_accountant
+import numpy as np
+
+from fedjax_dp.privacy.events import (SAMPLERS, NeighborRel, _check_count,
+                                      _constant_schedule_event,
+                                      _has_sampling_without_replacement,
+                                      dp_accounting_relation)
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_int,
+                                  check_positive)
+
+__all__ = [
+    "ACCOUNTANTS", "DEFAULT_RDP_ORDERS", "DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL",
+    "UnsupportedAccountingError", "deduplicate_rdp_convergence_warnings",
+    "check_accountant_supports", "event_epsilon", "compute_epsilon",
+]
+
+_log = logging.getLogger(__name__)
+
+#: Accountants: Renyi DP (fast, slightly loose) and privacy loss distributions
+#: (tighter, slower).
+ACCOUNTANTS = ("rdp", "pld")
+#: dp-accounting's default RDP orders (1.1 ... 10.9 in steps of 0.1, 11 ... 63,
+#: 128, 256, 512, 1024).
+DEFAULT_RDP_ORDERS: Tuple[float, ...] = tuple(
+    float(a) for a in rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+#: dp-accounting's default PLD discretisation of the privacy loss (nats).
+DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL = 1e-4
+
+
+class UnsupportedAccountingError(FedJaxDpError):
+  """The requested accountant cannot account for the requested events.
+
+  Raised for ``accountant="pld"`` with fixed-size cohorts smaller than the population:
+  dp-accounting 0.6.0's `PLDAccountant` has no `SampledWithoutReplacementDpEvent`.
+  """
+
+
+# ---------------------------------------------------------------------------
+# The dp-accounting convergence warning.
+# ---------------------------------------------------------------------------
+
+_NONCONVERGENCE_PREFIX = "_compute_log_a_frac failed to converge"
+
+
+class _NonConvergenceCollector(logging.Filter):
+  """Drops dp-accounting's fractional-order convergence warning, remembering it."""
+
+  def __init__(self):
+    super().__init__()
+    self.seen: List[Tuple[float, float, float]] = []  # (q, sigma, alpha)
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    msg = record.msg
+    if isinstance(msg, str) and msg.startswith(_NONCONVERGENCE_PREFIX):
+      args = record.args if isinstance(record.args, tuple) else ()
+      if len(args) >= 4:
+        self.seen.append((float(args[1]), float(args[2]), float(args[3])))
+      else:
+        self.seen.append((math.nan, math.nan, math.nan))
+      return False
+    return True
+
+
+@contextlib.contextmanager
+def _collect_nonconvergence() -> Iterator[_NonConvergenceCollector]:
+  """Swallows (and collects) only the ``_compute_log_a_frac`` warning."""
+  collector = _NonConvergenceCollector()
+  logger = absl_logging.get_absl_logger()
+  logger.addFilter(collector)
+  try:
+    yield collector
+  finally:
+    logger.removeFilter(collector)
+
+
+def _nonconvergence_message(seen: Sequence[Tuple[float, float, float]]) -> str:
+  orders = sorted({a for _, _, a in seen})
+  pairs = sorted({(q, s) for q, s, _ in seen})
+  example = ", ".join(f"(q={q:g}, z={s:g})" for q, s in pairs[:3])
+  more = f" and {len(pairs) - 3} more" if len(pairs) > 3 else ""
+  return (
+      f"dp_accounting's RDP series for the Poisson-subsampled Gaussian did not converge "
+      f"at order(s) {', '.join(f'{a:g}' for a in orders)} for {len(pairs)} event(s) "
+      f"{example}{more}; dp_accounting sets RDP = +inf there, so those orders are "
+      "excluded and epsilon is taken from the remaining orders (still a valid upper "
+      "bound). The per-order dp_accounting warnings were suppressed; this is "
+      "reported once.")
+
+
+@contextlib.contextmanager
+def deduplicate_rdp_convergence_warnings(
+    logger: Optional[logging.Logger] = None) -> Iterator[None]:
+  """Replaces dp-accounting's per-order convergence warnings by one summary.
+
+  Inside the block, records of the absl logger whose message starts with
+  ``"_compute_log_a_frac failed to converge"`` (dp-accounting 0.6.0,
+  ``rdp_privacy_accountant._compute_log_a_frac``) are dropped; every other
+  record passes untouched. On exit, if any were dropped, one WARNING naming the
+  affected orders and (q, z) pairs is logged on ``logger``.
+
+  Args:
+    logger: where the summary goes; defaults to ``"fedjax_dp.privacy.accountants"``.
+
+  Yields:
+    None.
+  """
+  with _collect_nonconvergence() as collector:
+    yield
+  if collector.seen:
+    (logger or _log).warning("%s", _nonconvergence_message(collector.seen))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rdp_of(event: dp_accounting.DpEvent, orders: Tuple[float, ...], relation: NeighborRel
+            ) -> Tuple[np.ndarray, Tuple[Tuple[float, float, float], ...]]:
+  """RDP vector of one event from a fresh `RdpAccountant`, plus swallowed warnings."""
+  with _collect_nonconvergence() as collector:
+    accountant = dp_rdp.RdpAccountant(list(orders), relation)
+    accountant.compose(event)
+  vec = accountant.rdp
+  vec.setflags(write=False)
+  return vec, tuple(collector.seen)
+
+
+def _make_accountant(accountant: str, relation: NeighborRel,
+                     orders: Optional[Sequence[float]],
+                     pld_value_discretization_interval: float
+                     ) -> dp_accounting.PrivacyAccountant:
+  if accountant == "rdp":
+    return dp_rdp.RdpAccountant(None if orders is None else list(orders), relation)
+  return dp_pld.PLDAccountant(relation, pld_value_discretization_interval)
+
+
+def check_accountant_supports(accountant: str, sampler: str,
+                              population_size: Optional[int] = None,
+                              cohort_size: Optional[int] = None) -> None:
+  """Raises `UnsupportedAccountingError` if ``accountant`` cannot account for the events
+  of ``sampler``: dp-accounting's PLD has no sampling-without-replacement event, which
+  fixed-size cohorts smaller than the population need (a cohort of the whole
+  population, ``cohort_size == population_size``, is a plain Gaussian and is fine)."""
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  check_choice("sampler", sampler, SAMPLERS)
+  everyone = (population_size is not None and cohort_size is not None
+              and int(cohort_size) == int(population_size))
+  if accountant == "pld" and sampler == "fixed_size" and not everyone:
+    _raise_unsupported()
+
+
+def _raise_unsupported():
+  raise UnsupportedAccountingError(
+      "accountant='pld' cannot account for sampler='fixed_size' with a cohort smaller "
+      "than the population: dp-accounting's PLDAccountant does not support "
+      "SampledWithoutReplacementDpEvent (replace-one sampling without replacement). Use "
+      "accountant='rdp' or sampler='poisson'.")
+
+
+def _check_event_supported(accountant: str, event: dp_accounting.DpEvent) -> None:
+  if accountant == "pld" and _has_sampling_without_replacement(event):
+    _raise_unsupported()
+
+
+def _check_orders(orders: Optional[Sequence[float]]) -> Tuple[float, ...]:
+  if orders is None:
+    return DEFAULT_RDP_ORDERS
+  arr = np.asarray(orders, dtype=np.float64)
+  if arr.ndim != 1 or arr.size == 0:
+    raise FedJaxDpError(f"orders must be a non-empty 1-D sequence, got shape {arr.shape}.")
+  bad = arr[~np.isfinite(arr) | (arr <= 1.0)]
+  if bad.size:
+    raise FedJaxDpError(
+        f"orders must be finite Renyi orders > 1, got {bad.tolist()!r} among them.")
+  return tuple(float(a) for a in arr)
+
+
+def _check_pld_interval(value: Any) -> float:
+  return check_positive("pld_value_discretization_interval", value)
+
+
+def event_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp",
+                  orders: Optional[Sequence[float]] = None,
+                  pld_value_discretization_interval: float =
+                  DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL) -> float:
+  """Epsilon of any `DpEvent` built with this module's convention (`make_dp_event`),
+  composed in a fresh accountant under `dp_accounting_relation`.
+
+  Raises:
+    FedJaxDpError: invalid delta or accountant.
+    UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
+  """
+  delta = check_delta(delta)
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  _check_event_supported(accountant, event)
+  with deduplicate_rdp_convergence_warnings():
+    acc = _make_accountant(accountant, dp_accounting_relation(event), _check_orders(orders),
+                           _check_pld_interval(pld_value_discretization_interval))
+    return float(acc.compose(event).get_epsilon(delta))
+
+
+# ---------------------------------------------------------------------------
+# Constant schedules.
+# ---------------------------------------------------------------------------
+
+def compute_epsilon(noise_multiplier: float, sampling_rate: Optional[float], rounds: int,
+                    delta: float, steps_per_round: int = 1, sampler: str = "poisson",
+                    accountant: str = "rdp", population_size: Optional[int] = None,
+                    cohort_size: Optional[int] = None,
+                    orders: Optional[Sequence[float]] = None,
+                    pld_value_discretization_interval: float =
+                    DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL) -> float:
+  """Epsilon of ``rounds`` identical rounds (a constant noise schedule).
+
+  Composes ``SelfComposedDpEvent(make_dp_event(...), rounds)`` in a fresh
+  `dp_accounting` accountant (see `make_dp_event` for the event and what
+  ``noise_multiplier`` means, and `dp_accounting_relation`).
+
+  Args:
+    noise_multiplier: z >= 0 (noise std / L2 sensitivity under the sampler's relation).
+    sampling_rate: q in (0, 1] (see `make_dp_event` for ``"fixed_size"``).
+    rounds: number of rounds, int >= 1.
+    delta: target delta in (0, 1).
+    steps_per_round: noisy releases per round (int >= 1).
+    sampler: one of `SAMPLERS`.
+    accountant: ``"rdp"`` (`RdpAccountant`; conversion to (epsilon, delta) by
+      Canonne, Kamath, Steinke 2020, arXiv:2004.00010, Prop. 12) or ``"pld"``
+      (`PLDAccountant`, Doroshenko et al. 2022, arXiv:2207.04380; tighter, and
+      typically 5-50x slower).
+    population_size: n (``"fixed_size"`` only).
+    cohort_size: m (``"fixed_size"`` only).
+    orders: RDP orders (default `DEFAULT_RDP_ORDERS`).
+    pld_value_discretization_interval: PLD loss grid step in nats (> 0).
+
+  Returns:
+    epsilon (float, nats-based as in dp-accounting); ``inf`` when z == 0.
+
+  Raises:
+    FedJaxDpError: invalid arguments.
+    UnsupportedAccountingError: ``accountant="pld"`` with a fixed-size cohort smaller
+      than the population.
+  """
+  delta = check_delta(delta)
+  rounds = check_int("rounds", rounds, minimum=1)
+  steps_per_round = _check_count(steps_per_round, "steps_per_round")
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  event = _constant_schedule_event(noise_multiplier, sampling_rate, rounds, steps_per_round,
+                                   sampler, population_size, cohort_size)
+  return event_epsilon(event, delta, accountant, orders, pld_value_discretization_interval)
