@@ -25,13 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import algorithms as algos
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.federated import sharding
 from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_fn,
                                  make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, disclosure, schedules
+from fedjax_dp.privacy import accounting, disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)

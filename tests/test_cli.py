@@ -232,7 +232,7 @@ def test_amplitude_varying_from_the_main_job(tmp_path):
   assert rc == 0
   s = json.loads((out / "summary.json").read_text())
   rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-  from fedjax_dp.privacy import schedules
+  from fedjax_dp.algorithms.amplitude_varying import schedules
   d_s = s["sensitivity_paper"]
   assert d_s == pytest.approx(2 * 2.0 / s["algorithm_config"]["min_local_dataset_size"])
   expected = schedules.geometric_schedule(10.0, 1e-3, 0.25, d_s, 1.05, 6)

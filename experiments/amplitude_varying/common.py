@@ -34,11 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.algorithms import amplitude_varying as av
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.data import load_dataset
 from fedjax_dp.federated import (PopulationData, make_block_fn, make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accounting, schedules, sensitivity as sens_lib
+from fedjax_dp.privacy import accounting, sensitivity as sens_lib
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import results_store  # noqa: E402  (experiments/results_store.py)

@@ -14,7 +14,8 @@ Per round m = 1..M (Algorithm 1, note section 2.5):
      over the sampled clients, eq. (4).
 
 The compiled round reads sigma_m from the schedule array, so sweeping vartheta, M or
-epsilon never recompiles (`fedjax_dp.privacy.schedules` computes the schedules).
+epsilon never recompiles (`fedjax_dp.algorithms.amplitude_varying.schedules` computes
+the schedules).
 Online refinement (Theorem 2, eq. 9) is `OnlineRefinement`, a host-side controller fed
 the test loss after each round; `train` runs either.
 
@@ -54,12 +55,13 @@ import jax
 import numpy as np
 import optax
 
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
 from fedjax_dp.federated.sampling import FixedSizeSampler
-from fedjax_dp.privacy import schedules, sensitivity
+from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_positive)
 

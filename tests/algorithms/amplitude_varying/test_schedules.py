@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fedjax_dp.privacy import accounting, schedules
+from fedjax_dp.algorithms.amplitude_varying import schedules
+from fedjax_dp.privacy import accounting
 from fedjax_dp.validation import FedJaxDpError
 
 D600 = schedules.sensitivity(5.0, 600)  # Delta_s = 2C/|D_k| = 1/60
