@@ -1,4 +1,5 @@
-"""Tests for `fedjax_dp.federated.impact_factors` (PADPFL aggregation weights, paper 000)."""
+"""Tests for `fedjax_dp.algorithms.padpfl.impact_factors` (PADPFL aggregation weights,
+paper 000)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from fedjax_dp.federated import impact_factors as imp
+from fedjax_dp.algorithms.padpfl import impact_factors as imp
 from fedjax_dp.validation import FedJaxDpError
 
 PARTS_20_20_20 = np.repeat([0, 1, 2], [20, 20, 20])
