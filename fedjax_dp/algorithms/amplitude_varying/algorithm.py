@@ -139,7 +139,7 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
   elif mechanism == "laplace":                                      # "Lap", constant
     gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
     b = schedules.laplace_scale(eps, delta_s, rounds, laplace_mode, gauss)
-    stddevs = schedules.constant_schedule(math.sqrt(2.0) * b, rounds)
+    stddevs = schedules.constant_noise_schedule(math.sqrt(2.0) * b, rounds)
   else:
     stddevs = np.zeros(rounds)
   client = make_client_update(model, optax.sgd(1.0), batch_size=b_size,

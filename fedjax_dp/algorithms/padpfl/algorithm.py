@@ -122,8 +122,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   m_min = int(counts.min())
   p = np.asarray(impact_factors, np.float64)
   if p.ndim == 1:
-    p = impact.constant_schedule(p, t)
-  p = impact.check_schedule(p, name="impact_factors")
+    p = impact.constant_impact_factors(p, t)
+  p = impact.check_impact_factor_schedule(p, name="impact_factors")
   if p.shape != (t, n):
     raise FedJaxDpError(f"impact_factors must be [num_clients={n}] or [rounds={t}, "
                         f"num_clients={n}], got shape {p.shape}.")
