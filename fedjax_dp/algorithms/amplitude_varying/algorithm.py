@@ -28,7 +28,7 @@ Delta the sensitivity of a client's trained model. Which Delta?
 * The paper's Delta_s = 2C / min_k |D_k| (section III-C, after NbAFL) assumes that
   full-batch GD moves a model by at most that much when one example is replaced. The
   client's gradients are not clipped, so this does not hold (a single example with
-  large features moves a linear model by far more; tests/algorithms/
+  large features moves a linear model by far more; tests/algorithms/amplitude_varying/
   test_amplitude_varying.py measures it). It is the paper's *calibration* (eq. 8), kept
   as written, and an epsilon computed with it is reported as *conditional*
   (``epsilon_conditional_rdp`` in summary.json).
