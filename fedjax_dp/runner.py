@@ -25,13 +25,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp import algorithms as algos
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.federated import sharding
 from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_fn,
                                  make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import accountants, calibration, disclosure, schedules
+from fedjax_dp.privacy import accountants, calibration, disclosure
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
@@ -296,7 +297,7 @@ class RunConfig:
 
 def _check_impact_spec(spec: Any) -> None:
   """Syntax of ``impact_factors``: "personalized" or an `impact_factors.check_spec`."""
-  from fedjax_dp.federated import impact_factors as impact
+  from fedjax_dp.algorithms.padpfl import impact_factors as impact
   if not (isinstance(spec, str) and spec.strip().lower() == "personalized"):
     impact.check_spec(spec)
 
@@ -468,7 +469,7 @@ def build_algorithm(cfg: RunConfig, model, data, noise_multiplier: float, mesh=N
 
 def padpfl_scenario(cfg: RunConfig, base):
   """Paper 000's heterogeneity ``cfg.scenario`` built from ``base``'s training images
-  (`fedjax_dp.data.heterogeneity.build_scenario`: random parts, Dirichlet(1) label
+  (`fedjax_dp.algorithms.padpfl.scenarios.build_scenario`: random parts, Dirichlet(1) label
   skew with exact client sizes, salt-and-pepper per part; the test set stays clean).
   A subset dataset (the 5,000-image MNIST) gets the sizes scaled by 0.4 (note 000,
   section 6.4).
@@ -476,12 +477,12 @@ def padpfl_scenario(cfg: RunConfig, base):
   Raises:
     FedJaxDpError: a dataset without images or too small for the scenario.
   """
-  from fedjax_dp.data import heterogeneity
+  from fedjax_dp.algorithms.padpfl import scenarios
   if len(base.feature_shape) not in (2, 3):
     raise FedJaxDpError(f"padpfl scenarios need an image dataset (fashion_mnist, mnist), "
                         f"got {base.name!r} with features {base.feature_shape}.")
   x, y = base.x[base.example_mask], base.y[base.example_mask]
-  return heterogeneity.build_scenario(
+  return scenarios.build_scenario(
       cfg.scenario, x, y, seed=cfg.seed, size_scale=0.4 if base.is_subset else 1.0,
       num_classes=base.num_classes, test_x=base.test_x, test_y=base.test_y,
       name=f"{base.name} (PADPFL scenario {cfg.scenario})", source=base.source,
@@ -493,10 +494,10 @@ def padpfl_impact_factors(cfg: RunConfig, data, part_of_client) -> np.ndarray:
   the scenario ``data`` (a `FederatedData` from `padpfl_scenario`) with clients in
   parts ``part_of_client`` ``[N]``: "personalized" is the scenario's own assignment of
   the paper's private-mode figure (scenario 4: 0-1-2, then 2-1-0 after round 10)."""
-  from fedjax_dp.data import heterogeneity
-  from fedjax_dp.federated import impact_factors as impact
+  from fedjax_dp.algorithms.padpfl import scenarios
+  from fedjax_dp.algorithms.padpfl import impact_factors as impact
   parts = np.asarray(part_of_client)
-  sc = heterogeneity.SCENARIOS[cfg.scenario]
+  sc = scenarios.SCENARIOS[cfg.scenario]
   spec = cfg.impact_factors.strip().lower()
   if spec == "personalized":
     phases = [(start, r) for start, r in sc.impact_phases if start <= cfg.rounds]

@@ -232,7 +232,7 @@ def test_amplitude_varying_from_the_main_job(tmp_path):
   assert rc == 0
   s = json.loads((out / "summary.json").read_text())
   rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
-  from fedjax_dp.privacy import schedules
+  from fedjax_dp.algorithms.amplitude_varying import schedules
   d_s = s["sensitivity_paper"]
   assert d_s == pytest.approx(2 * 2.0 / s["algorithm_config"]["min_local_dataset_size"])
   expected = schedules.geometric_schedule(10.0, 1e-3, 0.25, d_s, 1.05, 6)
@@ -294,7 +294,7 @@ def test_fixed_size_cohorts_finish_with_rdp_and_no_pld(tmp_path, capsys):
 def test_padpfl_from_the_main_job(tmp_path):
   """Paper 000 through `fedjax-dp run`: scenario data, the impact-factor switch, sigma_C,
   sigma_S and sigma_A per round, the paper's epsilon beside the accountant's."""
-  from fedjax_dp.privacy import nbafl
+  from fedjax_dp.algorithms.padpfl import nbafl
   out = tmp_path / "pad"
   rc = cli.main(["run", "--algorithm", "padpfl", "--dataset", "fashion_mnist",
                  "--scenario", "4", "--impact-factors", "0-1-2>2-1-0", "--epsilon", "20",

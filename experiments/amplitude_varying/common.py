@@ -34,11 +34,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.algorithms import amplitude_varying as av
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.data import load_dataset
 from fedjax_dp.federated import (PopulationData, make_block_fn, make_device_evaluator,
                                  run_rounds)
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import schedules, sensitivity as sens_lib
+from fedjax_dp.privacy import sensitivity as sens_lib
 from fedjax_dp.privacy.ledger import PrivacyLedger
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

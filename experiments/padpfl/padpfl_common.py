@@ -36,13 +36,13 @@ import numpy as np
 import optax
 
 from fedjax_dp.algorithms import padpfl as pad
-from fedjax_dp.data import heterogeneity as het
+from fedjax_dp.algorithms.padpfl import impact_factors as imp
+from fedjax_dp.algorithms.padpfl import nbafl
+from fedjax_dp.algorithms.padpfl import scenarios as het
 from fedjax_dp.data import load_dataset
 from fedjax_dp.federated import PopulationData, make_block_fn, make_device_evaluator
-from fedjax_dp.federated import impact_factors as imp
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import nbafl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import results_store  # noqa: E402  (experiments/results_store.py)

@@ -52,7 +52,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import padpfl_common as common  # noqa: E402  (a unique name: amplitude_varying has a common.py)
 
-from fedjax_dp.privacy import nbafl  # noqa: E402
+from fedjax_dp.algorithms.padpfl import nbafl  # noqa: E402
 
 SCENARIO = 1
 EQUAL = "1-1-1"

@@ -34,8 +34,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import padpfl_common as common  # noqa: E402  (a unique name: amplitude_varying has a common.py)
 
-from fedjax_dp.data import heterogeneity as het  # noqa: E402
-from fedjax_dp.federated import impact_factors as imp  # noqa: E402
+from fedjax_dp.algorithms.padpfl import impact_factors as imp  # noqa: E402
+from fedjax_dp.algorithms.padpfl import scenarios as het  # noqa: E402
 
 EQUAL = "1-1-1"
 

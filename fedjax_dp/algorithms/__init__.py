@@ -1,7 +1,7 @@
-"""Federated algorithms, one module each; `ALGORITHMS` maps CLI names to builders."""
+"""Federated algorithms, one module or package each; `ALGORITHMS` maps CLI names to builders."""
 
-from fedjax_dp.algorithms import amplitude_varying  # the module (paper 004)
-from fedjax_dp.algorithms import padpfl  # the module (paper 000)
+from fedjax_dp.algorithms import amplitude_varying  # the package (paper 004)
+from fedjax_dp.algorithms import padpfl  # the package (paper 000)
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
 from fedjax_dp.algorithms.dp_fedavg import dp_fedavg, dp_fedavg_record_level, dp_fedsgd
 from fedjax_dp.algorithms.fedavg import fedavg

@@ -49,7 +49,7 @@ def _build(name, env, fedsgd_alg):
                             clients_per_round=8, local_steps=4, learning_rate=0.3,
                             clip_norm=10.0)
   if name == "padpfl":  # paper 000: every client, equal p, a large epsilon
-    from fedjax_dp.federated import impact_factors
+    from fedjax_dp.algorithms.padpfl import impact_factors
     return ALGORITHMS[name](model, fd, impact_factors=impact_factors.uniform(fd.num_clients),
                             epsilon=200.0, rounds=12, clip_bound=10.0, local_steps=4,
                             learning_rate=0.3, batch_size=5)

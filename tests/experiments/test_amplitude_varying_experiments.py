@@ -147,7 +147,7 @@ def test_refresh_epsilons_migrates_an_old_run():
   with it) is brought up to date from its stddevs without re-training: the old
   accountant epsilon becomes ``epsilon_rdp_conditional``, the guarantee uses 2C."""
   common = load_script("amplitude_varying", "common")
-  from fedjax_dp.privacy import schedules
+  from fedjax_dp.algorithms.amplitude_varying import schedules
   delta_s = 2 * 5.0 / 600
   stddevs = [float(s) for s in schedules.geometric_schedule(10.0, 1e-3, 0.1, delta_s,
                                                             1.05, 3)]

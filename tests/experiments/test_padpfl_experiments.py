@@ -7,7 +7,7 @@ import pytest
 
 from fedjax_dp.data.sources import fashion_mnist
 from experiment_scripts import load_json, load_script
-from fedjax_dp.privacy import nbafl
+from fedjax_dp.algorithms.padpfl import nbafl
 
 pytestmark = pytest.mark.skipif(fashion_mnist.locate() is None,
                                 reason="Fashion-MNIST not installed")

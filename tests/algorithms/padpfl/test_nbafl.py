@@ -1,4 +1,4 @@
-"""Tests for `fedjax_dp.privacy.nbafl` (PADPFL / NbAFL noise calibration, paper 000)."""
+"""Tests for `fedjax_dp.algorithms.padpfl.nbafl` (PADPFL / NbAFL noise calibration, paper 000)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dp_accounting import rdp as dp_rdp
 import numpy as np
 import pytest
 
-from fedjax_dp.privacy import nbafl
+from fedjax_dp.algorithms.padpfl import nbafl
 from fedjax_dp.validation import FedJaxDpError
 
 DELTA = 0.01

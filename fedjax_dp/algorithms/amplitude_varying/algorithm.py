@@ -14,7 +14,8 @@ Per round m = 1..M (Algorithm 1, note section 2.5):
      over the sampled clients, eq. (4).
 
 The compiled round reads sigma_m from the schedule array, so sweeping vartheta, M or
-epsilon never recompiles (`fedjax_dp.privacy.schedules` computes the schedules).
+epsilon never recompiles (`fedjax_dp.algorithms.amplitude_varying.schedules` computes
+the schedules).
 Online refinement (Theorem 2, eq. 9) is `OnlineRefinement`, a host-side controller fed
 the test loss after each round; `train` runs either.
 
@@ -27,7 +28,7 @@ Delta the sensitivity of a client's trained model. Which Delta?
 * The paper's Delta_s = 2C / min_k |D_k| (section III-C, after NbAFL) assumes that
   full-batch GD moves a model by at most that much when one example is replaced. The
   client's gradients are not clipped, so this does not hold (a single example with
-  large features moves a linear model by far more; tests/algorithms/
+  large features moves a linear model by far more; tests/algorithms/amplitude_varying/
   test_amplitude_varying.py measures it). It is the paper's *calibration* (eq. 8), kept
   as written, and an epsilon computed with it is reported as *conditional*
   (``epsilon_conditional_rdp`` in summary.json).
@@ -54,12 +55,13 @@ import jax
 import numpy as np
 import optax
 
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
 from fedjax_dp.federated.sampling import FixedSizeSampler
-from fedjax_dp.privacy import schedules, sensitivity
+from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_positive)
 
@@ -137,7 +139,7 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
   elif mechanism == "laplace":                                      # "Lap", constant
     gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
     b = schedules.laplace_scale(eps, delta_s, rounds, laplace_mode, gauss)
-    stddevs = schedules.constant_schedule(math.sqrt(2.0) * b, rounds)
+    stddevs = schedules.constant_noise_schedule(math.sqrt(2.0) * b, rounds)
   else:
     stddevs = np.zeros(rounds)
   client = make_client_update(model, optax.sgd(1.0), batch_size=b_size,

@@ -233,7 +233,7 @@ def laplace_scale(epsilon: float, sensitivity: float, rounds: int,
           / check_epsilon(epsilon))
 
 
-def constant_schedule(stddev: float, rounds: int) -> np.ndarray:
+def constant_noise_schedule(stddev: float, rounds: int) -> np.ndarray:
   """``[rounds]`` copies of one standard deviation (the persistent baseline)."""
   if not (np.isfinite(stddev) and stddev >= 0):
     raise FedJaxDpError(f"stddev must be finite and >= 0, got {stddev!r}.")

@@ -8,10 +8,11 @@ import optax
 import pytest
 
 from fedjax_dp.algorithms import amplitude_varying as av
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.federated import PopulationData, make_device_evaluator
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import clipping, schedules
+from fedjax_dp.privacy import clipping
 from fedjax_dp.validation import FedJaxDpError
 
 _COMPILES = []

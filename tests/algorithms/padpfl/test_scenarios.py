@@ -1,12 +1,12 @@
-"""Tests for `fedjax_dp.data.heterogeneity` (PADPFL's Table I scenarios, paper 000)."""
+"""Tests for `fedjax_dp.algorithms.padpfl.scenarios` (PADPFL's Table I scenarios, paper 000)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from fedjax_dp.data import heterogeneity as het
-from fedjax_dp.federated import impact_factors as imp
+from fedjax_dp.algorithms.padpfl import impact_factors as imp
+from fedjax_dp.algorithms.padpfl import scenarios as het
 from fedjax_dp.validation import FedJaxDpError
 
 

@@ -8,13 +8,14 @@ import optax
 import pytest
 
 from fedjax_dp.algorithms import padpfl as pad
+from fedjax_dp.algorithms.padpfl import impact_factors as imp
+from fedjax_dp.algorithms.padpfl import nbafl
 from fedjax_dp.federated import PopulationData, make_device_evaluator, server
-from fedjax_dp.federated import impact_factors as imp
 from fedjax_dp.federated.client import ClientHParams, ClientMetrics, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
 from fedjax_dp.federated.sampling import FixedSizeSampler
 from fedjax_dp.models import create_model
-from fedjax_dp.privacy import clipping, nbafl
+from fedjax_dp.privacy import clipping
 from fedjax_dp.validation import FedJaxDpError
 
 N = 6

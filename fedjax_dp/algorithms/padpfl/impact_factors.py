@@ -12,11 +12,11 @@ Paper 000 (Talaei & Izadi, arXiv:2406.18491) aggregates ``x = sum_i p_i x~_i``
   ``p_i = r_{part(i)} / sum_k n_k r_k`` with ``n_k`` clients in part ``k``.
   "0-1-2" over parts of 20/20/20 clients gives (0, 1/60, 1/30), the values of the
   paper's Fig. 3 caption.
-* `constant_schedule`, `piecewise_schedule`, `schedule_from_callable`,
+* `constant_impact_factors`, `piecewise_schedule`, `schedule_from_callable`,
   `switch_schedule`: time-varying weights as a float64 array ``[T, N]`` whose row
   ``t - 1`` is ``p^(t)``, the weights used by aggregation round ``t`` (the proofs
   aggregate ``x~^(t+1)`` with ``p^(t+1)``; the note's A10).
-* `check_schedule`: validates a schedule, including Eq. (51).
+* `check_impact_factor_schedule`: validates a schedule, including Eq. (51).
 * `redistribute_dropped`: a client that cannot synchronise gives its weight to the
   others for that round (Sec. V).
 
@@ -35,8 +35,8 @@ from fedjax_dp.validation import FedJaxDpError, check_int, check_positive, check
 
 __all__ = [
     "SUM_ATOL", "SCENARIO4_SWITCH_AFTER", "uniform", "data_size", "parse_ratio",
-    "from_part_ratios", "resolve", "constant_schedule", "piecewise_schedule",
-    "schedule_from_callable", "switch_schedule", "check_schedule", "increments",
+    "from_part_ratios", "resolve", "constant_impact_factors", "piecewise_schedule",
+    "schedule_from_callable", "switch_schedule", "check_impact_factor_schedule", "increments",
     "redistribute_dropped", "SPEC_KEYWORDS", "check_spec", "from_spec",
 ]
 
@@ -238,8 +238,8 @@ def resolve(spec: Union[str, Sequence[float], np.ndarray], *,
 # Schedules [T, N].
 # ---------------------------------------------------------------------------
 
-def check_schedule(p_schedule: Any, name: str = "p_schedule",
-                   atol: float = SUM_ATOL) -> np.ndarray:
+def check_impact_factor_schedule(p_schedule: Any, name: str = "p_schedule",
+                                 atol: float = SUM_ATOL) -> np.ndarray:
   """Validates impact factors over rounds: Eq. (2) in every round, hence Eq. (51).
 
   Row ``t - 1`` is ``p^(t)``, the weights of aggregation round ``t`` (1-based in
@@ -294,7 +294,7 @@ def increments(p_schedule: Any) -> np.ndarray:
   """The Eq. (51) increments ``alpha^(t) = p^(t+1) - p^(t)``.
 
   Args:
-    p_schedule: float ``[T, N]`` (validated with `check_schedule`).
+    p_schedule: float ``[T, N]`` (validated with `check_impact_factor_schedule`).
 
   Returns:
     float64 ``[T - 1, N]``; row ``t - 1`` is the change from round ``t`` to ``t + 1``.
@@ -302,10 +302,10 @@ def increments(p_schedule: Any) -> np.ndarray:
   Raises:
     FedJaxDpError: an invalid schedule.
   """
-  return np.diff(check_schedule(p_schedule), axis=0)
+  return np.diff(check_impact_factor_schedule(p_schedule), axis=0)
 
 
-def constant_schedule(p: Any, rounds: int) -> np.ndarray:
+def constant_impact_factors(p: Any, rounds: int) -> np.ndarray:
   """The fixed-p schedule: ``p`` repeated for ``rounds`` aggregation rounds.
 
   Args:
@@ -335,7 +335,7 @@ def piecewise_schedule(phases: Sequence[Tuple[int, Any]], rounds: int) -> np.nda
     rounds: T >= 1 (int).
 
   Returns:
-    float64 ``[T, N]``, validated with `check_schedule`.
+    float64 ``[T, N]``, validated with `check_impact_factor_schedule`.
 
   Raises:
     FedJaxDpError: empty phases, a first phase not starting at round 1, starts not
@@ -360,7 +360,7 @@ def piecewise_schedule(phases: Sequence[Tuple[int, Any]], rounds: int) -> np.nda
   ends = starts[1:] + [t + 1]
   for s, e, p in zip(starts, ends, ps):
     out[s - 1:e - 1] = p
-  return check_schedule(out, "phases")
+  return check_impact_factor_schedule(out, "phases")
 
 
 def schedule_from_callable(fn: Callable[[int], Any], rounds: int) -> np.ndarray:
@@ -371,7 +371,7 @@ def schedule_from_callable(fn: Callable[[int], Any], rounds: int) -> np.ndarray:
     rounds: T >= 1 (int).
 
   Returns:
-    float64 ``[T, N]``, validated with `check_schedule` (Eqs. 2 and 51).
+    float64 ``[T, N]``, validated with `check_impact_factor_schedule` (Eqs. 2 and 51).
 
   Raises:
     FedJaxDpError: ``fn`` returns arrays of different lengths or an invalid schedule.
@@ -383,7 +383,7 @@ def schedule_from_callable(fn: Callable[[int], Any], rounds: int) -> np.ndarray:
     raise FedJaxDpError(
         f"fn must return 1-D arrays [num_clients] of one length for every round, got "
         f"shapes {sorted(shapes)}.")
-  return check_schedule(np.stack(rows), "schedule returned by fn")
+  return check_impact_factor_schedule(np.stack(rows), "schedule returned by fn")
 
 
 def switch_schedule(part_of_client: Any, before: Ratios = "0-1-2", after: Ratios = "2-1-0",
@@ -460,7 +460,7 @@ def from_spec(spec: str, part_of_client: Any, rounds: int, counts: Any = None,
     before, after = key.split(">")
     s = min(SCENARIO4_SWITCH_AFTER, t - 1) if switch_after is None else switch_after
     return switch_schedule(part_of_client, before, after, switch_after=s, rounds=t)
-  return constant_schedule(resolve(key, part_of_client=part_of_client, counts=counts), t)
+  return constant_impact_factors(resolve(key, part_of_client=part_of_client, counts=counts), t)
 
 
 # ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ eq. 2), so ``x = sum_i p_i x~_i`` (eq. 11); ``RoundHParams.server_noise_stddev``
 sigma_S. ``p`` and every sigma are per-round arrays: changing them never recompiles.
 
 Privacy: the paper's (epsilon, delta) is the classical Gaussian mechanism scaled
-linearly by R (uplink) and T (downlink) (`fedjax_dp.privacy.nbafl.nominal_privacy`).
+linearly by R (uplink) and T (downlink) (`fedjax_dp.algorithms.padpfl.nbafl.nominal_privacy`).
 Its calibration uses the upload sensitivity 2B / m_min (eq. 7, after NbAFL), which
 assumes that local training moves a client's model by at most that much when one
 example is replaced; the client's gradients are not clipped, so the code does not
@@ -50,13 +50,14 @@ import numpy as np
 import optax
 
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
-from fedjax_dp.federated import impact_factors as impact
+from fedjax_dp.algorithms.padpfl import impact_factors as impact
+from fedjax_dp.algorithms.padpfl import nbafl
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.driver import run_rounds
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
 from fedjax_dp.federated.sampling import FixedSizeSampler
-from fedjax_dp.privacy import nbafl, sensitivity
+from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive)
 
@@ -75,7 +76,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
       ``counts``); m_min = ``min_i counts[i]`` over all N clients (note A7).
     impact_factors: p, float ``[N]`` (fixed) or ``[T, N]`` (row ``t - 1`` is
       ``p^(t)``, the weights of aggregation round t; Sec. V, eq. 51); entries in
-      [0, 1], every row summing to 1 (eq. 2). See `fedjax_dp.federated.impact_factors`
+      [0, 1], every row summing to 1 (eq. 2). See `fedjax_dp.algorithms.padpfl.impact_factors`
       (``resolve("0-1-2", part_of_client=...)``, ``switch_schedule``).
     epsilon, delta: the calibration target of eqs. (8) and (13) (epsilon > 0,
       delta in (0, 1); the paper: delta = 0.01, epsilon in {5, 20}).
@@ -121,8 +122,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   m_min = int(counts.min())
   p = np.asarray(impact_factors, np.float64)
   if p.ndim == 1:
-    p = impact.constant_schedule(p, t)
-  p = impact.check_schedule(p, name="impact_factors")
+    p = impact.constant_impact_factors(p, t)
+  p = impact.check_impact_factor_schedule(p, name="impact_factors")
   if p.shape != (t, n):
     raise FedJaxDpError(f"impact_factors must be [num_clients={n}] or [rounds={t}, "
                         f"num_clients={n}], got shape {p.shape}.")

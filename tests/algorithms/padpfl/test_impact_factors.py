@@ -1,4 +1,5 @@
-"""Tests for `fedjax_dp.federated.impact_factors` (PADPFL aggregation weights, paper 000)."""
+"""Tests for `fedjax_dp.algorithms.padpfl.impact_factors` (PADPFL aggregation weights,
+paper 000)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 import numpy as np
 import pytest
 
-from fedjax_dp.federated import impact_factors as imp
+from fedjax_dp.algorithms.padpfl import impact_factors as imp
 from fedjax_dp.validation import FedJaxDpError
 
 PARTS_20_20_20 = np.repeat([0, 1, 2], [20, 20, 20])
@@ -136,7 +137,7 @@ def test_switch_schedule_is_scenario_4():
   np.testing.assert_allclose(alpha[9], np.asarray([1 / 30, 0.0, -1 / 30])[PARTS_20_20_20],
                              atol=1e-15)
   np.testing.assert_allclose(alpha.sum(axis=1), 0.0, atol=1e-15)
-  np.testing.assert_array_equal(imp.check_schedule(sched), sched)
+  np.testing.assert_array_equal(imp.check_impact_factor_schedule(sched), sched)
   other = imp.switch_schedule(PARTS_20_20_20, "1-1-1", "0-0-1", switch_after=3, rounds=5)
   assert other.shape == (5, 60)
   np.testing.assert_allclose(other[2], 1 / 60)
@@ -145,7 +146,7 @@ def test_switch_schedule_is_scenario_4():
 
 def test_constant_piecewise_and_callable_schedules():
   p = imp.from_part_ratios("1-3-5", PARTS_20_20_20)
-  const = imp.constant_schedule(p, 4)
+  const = imp.constant_impact_factors(p, 4)
   assert const.shape == (4, 60) and np.all(const == p)
   q = imp.uniform(60)
   pw = imp.piecewise_schedule([(1, p), (3, q), (4, p)], 5)
@@ -163,7 +164,7 @@ def test_constant_piecewise_and_callable_schedules():
     (lambda: imp.piecewise_schedule([(1, [0.4, 0.4])], 5), r"phases\[0\] p must sum to 1"),
     (lambda: imp.schedule_from_callable(lambda t: np.full(t, 1.0 / t), 3), "one length"),
     (lambda: imp.schedule_from_callable(lambda t: [0.5, 0.6], 3), "round 1"),
-    (lambda: imp.constant_schedule([0.5, 0.5], 0), "rounds"),
+    (lambda: imp.constant_impact_factors([0.5, 0.5], 0), "rounds"),
     (lambda: imp.switch_schedule(PARTS_20_20_20, switch_after=30, rounds=30), "switch_after"),
 ])
 def test_schedule_builders_bad_input(call, match):
@@ -176,28 +177,28 @@ def test_check_schedule_names_round_and_client():
   bad_sum = good.copy()
   bad_sum[2] *= 1.01
   with pytest.raises(FedJaxDpError, match=r"p_schedule rows must sum to 1.*round 3"):
-    imp.check_schedule(bad_sum)
+    imp.check_impact_factor_schedule(bad_sum)
   neg = good.copy()
   neg[1, 2], neg[1, 3] = -0.25, 0.75
   with pytest.raises(FedJaxDpError, match=r"p_schedule entries must be in \[0, 1\].*round 2 "
                      r"\(row 1\), client 2"):
-    imp.check_schedule(neg)
+    imp.check_impact_factor_schedule(neg)
   big = good.copy()
   big[0] = [1.5, -0.5, 0.0, 0.0]
   with pytest.raises(FedJaxDpError, match="round 1.*client 0"):
-    imp.check_schedule(big)
+    imp.check_impact_factor_schedule(big)
   nan = good.copy()
   nan[2, 1] = np.nan
   with pytest.raises(FedJaxDpError, match=r"my_p must be finite; round 3 \(row 2\), client 1"):
-    imp.check_schedule(nan, name="my_p")
+    imp.check_impact_factor_schedule(nan, name="my_p")
   with pytest.raises(FedJaxDpError, match="2-D"):
-    imp.check_schedule(imp.uniform(4))
+    imp.check_impact_factor_schedule(imp.uniform(4))
   with pytest.raises(FedJaxDpError, match="numeric"):
-    imp.check_schedule([["a", "b"]])
+    imp.check_impact_factor_schedule([["a", "b"]])
   # Within the tolerance is accepted, beyond it is not.
-  imp.check_schedule(good + 1e-7 / 4)
+  imp.check_impact_factor_schedule(good + 1e-7 / 4)
   with pytest.raises(FedJaxDpError, match="tolerance 1e-09"):
-    imp.check_schedule(good + 1e-7 / 4, atol=1e-9)
+    imp.check_impact_factor_schedule(good + 1e-7 / 4, atol=1e-9)
 
 
 def test_redistribute_dropped():

@@ -78,7 +78,7 @@ class Scenario:
       except in scenario 4). Scenario 3 states no image noise ("none").
     impact_phases: ``((start_round, ratio), ...)``, the personalised impact-factor
       ratio of the private-mode figure (Figs. 3, 5, 7, 9), in the paper's "a-b-c"
-      notation (see `fedjax_dp.federated.impact_factors.from_part_ratios`).
+      notation (see `fedjax_dp.algorithms.padpfl.impact_factors.from_part_ratios`).
     nonprivate_ratios: the non-private sweep of Figs. 2, 4, 6, 8. The paper names
       only some curves; the others are note 000's recommendation (section 8.2).
       "1-1-1" is equal p; ``"0-1-2>2-1-0"`` is the adaptive switch of scenario 4.

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from fedjax_dp.privacy import schedules
+from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
@@ -57,7 +57,7 @@ def test_reference_sigmas(vartheta, m, first, last):
 def test_remark3_vartheta_one_is_the_persistent_gaussian():
   s = schedules.geometric_schedule(vartheta=1.0, rounds=30, **KW)
   persistent = D600 / 10 * math.sqrt(2 * 0.1 * 30 * math.log(1e3))  # Remark 3
-  np.testing.assert_allclose(s, schedules.constant_schedule(persistent, 30), rtol=1e-12)
+  np.testing.assert_allclose(s, schedules.constant_noise_schedule(persistent, 30), rtol=1e-12)
 
 
 @settings(max_examples=40, deadline=None)

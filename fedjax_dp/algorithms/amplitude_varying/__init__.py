@@ -1,0 +1,19 @@
+"""Amplitude-varying perturbation (paper 004): Yuan, Ni, Ding, Wei, Li, Poor,
+"Amplitude-Varying Perturbation for Balancing Privacy and Utility in Federated
+Learning", with the primitives only this paper uses.
+
+Modules:
+
+* `algorithm`: Algorithm 1 (`amplitude_varying`, `train`, `OnlineRefinement`,
+  `NoiseController`, the per-round hyperparameters).
+* `schedules`: per-round noise schedules and the paper's calibration and epsilon.
+"""
+
+from fedjax_dp.algorithms.amplitude_varying import schedules
+from fedjax_dp.algorithms.amplitude_varying.algorithm import (MECHANISMS, NoiseController,
+                                                              OnlineRefinement,
+                                                              amplitude_varying, hparams_for,
+                                                              schedule_hparams, train)
+
+__all__ = ["amplitude_varying", "train", "OnlineRefinement", "NoiseController",
+           "schedule_hparams", "hparams_for", "MECHANISMS", "schedules"]

@@ -1,0 +1,22 @@
+"""PADPFL (paper 000): Talaei and Izadi, "Enhancing Federated Learning with Adaptive
+Differential Privacy and Priority-Based Aggregation" (arXiv:2406.18491), with the
+primitives only this paper uses.
+
+Modules:
+
+* `algorithm`: the algorithm (`padpfl`, `train`, its per-round hyperparameters and the
+  paper's epsilons), re-exported here.
+* `nbafl`: NbAFL-style classical-Gaussian noise calibration (client and server noise).
+* `impact_factors`: the aggregation weights p (ratios such as ``0-1-2``, schedules).
+* `scenarios`: the engineered client heterogeneity of the paper's Table I (not imported
+  here, so that importing the algorithm does not load `fedjax_dp.data`:
+  ``from fedjax_dp.algorithms.padpfl import scenarios``).
+"""
+
+from fedjax_dp.algorithms.padpfl import impact_factors, nbafl
+from fedjax_dp.algorithms.padpfl.algorithm import (downlink_noise_multiplier,
+                                                   nominal_and_accountant_epsilons, padpfl,
+                                                   schedule_hparams, train)
+
+__all__ = ["padpfl", "schedule_hparams", "train", "downlink_noise_multiplier",
+           "nominal_and_accountant_epsilons", "impact_factors", "nbafl"]
