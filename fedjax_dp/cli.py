@@ -12,6 +12,7 @@ import dataclasses
 import json
 import math
 import re
+import signal
 import sys
 from typing import List, Optional
 
@@ -170,9 +171,14 @@ def _add_run_parser(sub) -> argparse.ArgumentParser:
   g.add_argument("--out", default=d.out,
                  help="output folder for metrics.jsonl, summary.json, curves.png")
   g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+  g.add_argument("--overwrite", action="store_true", default=d.overwrite,
+                 help="replace an earlier run in --out (without it the run writes to "
+                      "<out>-2, <out>-3, ... and says so)")
   g.add_argument("--resume", default=None, metavar="DIR",
                  help="continue the run whose --out was DIR from its newest checkpoint "
-                      "(written at every evaluation); its saved configuration is used")
+                      "(written at every evaluation and at the start); its saved "
+                      "configuration is used; with --rounds N it continues to N rounds "
+                      "in all (extends a finished run)")
   g.add_argument("--config", default=None, metavar="FILE",
                  help="read options from a .json or .toml file of RunConfig fields "
                       "(e.g. rounds = 100, clip_norm = 0.5), or from an earlier run's "
@@ -228,6 +234,8 @@ def _config_from_args(args, explicit: Optional[set] = None):
   if "sampling_rate" in cli and "clients_per_round" not in cli:
     values.pop("clients_per_round", None)
   values.update(cli)
+  if values.get("resume") and explicit is not None and "rounds" in explicit:
+    values["resume_rounds"] = values["rounds"]  # continue the saved run to N rounds
   if values.get("clients_per_round") is None and values.get("sampling_rate") is None:
     values["sampling_rate"] = d.sampling_rate
   if "clients_per_round" in values and "sampling_rate" not in values:
@@ -254,9 +262,10 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
   eps_txt = _eps(eps) if math.isfinite(eps) else "inf (non-private)"
   steady = s.get("steady_time_per_round_s")
   steady_txt = f", {steady * 1e3:.0f} ms/round after compilation" if steady else ""
+  per_round = (f" ({s['time_per_round_s'] * 1e3:.0f} ms/round including compilation"
+               f"{steady_txt})" if s["time_per_round_s"] else "")
   print(f"\n{s['algorithm']} on {s['dataset']}: {s['rounds']} rounds in "
-        f"{s['wall_time_s']:.1f} s ({s['time_per_round_s'] * 1e3:.0f} ms/round including "
-        f"compilation{steady_txt})")
+        f"{s['wall_time_s']:.1f} s{per_round}")
   print(f"  final test accuracy {s['final_test_accuracy']:.4f} (majority-class baseline "
         f"{s['majority_class_accuracy']:.4f}), test loss {s['final_test_loss']:.4f}")
   if s["neighboring_relation"] is None:
@@ -303,6 +312,12 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
   if out:
     print(f"  outputs: {out}/metrics.jsonl, summary.json, curves.png, checkpoints/ "
           f"(resume a killed run with --resume {out})")
+  stop = s.get("interrupted")
+  if stop:
+    print(f"  interrupted ({stop['signal']}) after {stop['rounds_done']} of "
+          f"{stop['rounds_planned']} rounds: the summary is of the rounds in the newest "
+          "checkpoint" + (f"; continue with: {stop['resume']}" if stop["resume"] else ""))
+    return 128 + getattr(signal, stop["signal"])
   return 0
 
 
@@ -420,6 +435,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.command == "audit":
       return _cmd_audit(args)
     return _cmd_datasets(args)
+  except KeyboardInterrupt as e:  # before training started: nothing was written
+    print("\nfedjax-dp: interrupted; no summary was written (an output folder that "
+          "holds checkpoints/ can be continued with --resume).", file=sys.stderr)
+    return 128 + getattr(e, "signum", signal.SIGINT)
   except FedJaxDpError as e:  # a user's mistake: one clear line, no traceback
     print(f"fedjax-dp: error: {e}{_flag_hint(parser, args, str(e), explicit)}",
           file=sys.stderr)

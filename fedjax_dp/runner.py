@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import logging
 import math
 import os
 import shutil
@@ -31,12 +32,15 @@ from fedjax_dp.federated import sharding
 from fedjax_dp.federated import (PopulationData, constant_schedule, make_block_fn,
                                  make_device_evaluator,
                                  run_rounds)
+from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy import accountants, calibration, disclosure
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive,
                                   check_probability)
+
+_log = logging.getLogger(__name__)
 
 CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
 SAMPLERS = ("poisson", "fixed_size")
@@ -77,6 +81,12 @@ class RunConfig:
   an upload's sensitivity. ``dp_metrics_only`` writes only the metrics released under
   DP or public (`fedjax_dp.privacy.disclosure`).
 
+  Outputs go to ``out``; a folder that holds an earlier run is never overwritten unless
+  ``overwrite``: the run writes to ``<out>-2`` (``-3``, ...) instead and says so.
+  ``resume`` continues the run in that folder from its newest checkpoint with its saved
+  configuration; ``resume_rounds`` takes it to that many rounds in all (more than it
+  has done: e.g. extending a finished run), keeping its noise multiplier.
+
   ``padpfl`` (paper 000) builds the heterogeneity ``scenario`` (1-4 of its Table I:
   60 clients in three parts, salt-and-pepper noise per part or unequal sizes) from
   ``dataset`` (an image dataset; default model: an MLP with ``hidden`` units, 64 by
@@ -115,7 +125,9 @@ class RunConfig:
   devices: Optional[int] = None
   chunk_size: Optional[int] = None
   resume: Optional[str] = None
+  resume_rounds: Optional[int] = None
   out: Optional[str] = "runs/latest"
+  overwrite: bool = False
   verify_checksums: bool = True
   hidden: Optional[str] = None
   activation: str = "relu"
@@ -289,6 +301,13 @@ class RunConfig:
         os.path.join(os.path.expanduser(self.resume), "checkpoints")):
       raise FedJaxDpError(f"resume must be the output folder of an earlier run (one that "
                           f"holds checkpoints/), got {self.resume!r}.")
+    if self.resume_rounds is not None:
+      check_int("resume_rounds", self.resume_rounds, minimum=1)
+      if self.resume is None:
+        raise FedJaxDpError("resume_rounds (--rounds with --resume) needs resume: it "
+                            "continues an earlier run to that many rounds in all.")
+    if not isinstance(self.overwrite, bool):
+      raise FedJaxDpError(f"overwrite must be True or False, got {self.overwrite!r}.")
     if not isinstance(self.verify_checksums, bool):
       raise FedJaxDpError(f"verify_checksums must be True or False, got "
                           f"{self.verify_checksums!r}.")
@@ -391,7 +410,8 @@ def load_config_file(path: str) -> Dict[str, Any]:
                         f"{type(values).__name__}.")
   if isinstance(values.get("config"), dict) and "epsilon" in values:  # a summary.json
     # Its output folder is not reused: repeating a run must not overwrite the original.
-    values = {k: v for k, v in values["config"].items() if k not in ("out", "resume")}
+    values = {k: v for k, v in values["config"].items()
+              if k not in ("out", "resume", "resume_rounds", "overwrite")}
   return values
 
 
@@ -632,6 +652,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     progress: show a tqdm progress bar with loss, accuracy and epsilon.
     data: an already loaded `FederatedData` (skips loading ``cfg.dataset``).
 
+  Ctrl-C (SIGINT) and SIGTERM stop training at a safe point (never inside a
+  checkpoint write or a metrics line): the run goes back to its newest checkpoint,
+  rewrites metrics.jsonl to its rounds and writes summary.json (``interrupted`` says
+  so and how to resume) and curves.png for them. A fresh run checkpoints its initial
+  state, so a run stopped at any time after its output folder exists can be resumed.
+
   Returns:
     A `RunResult`.
 
@@ -639,6 +665,13 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     FedJaxDpError: invalid configuration; `DatasetNotAvailableError` when the data
       is missing (its message says how to get it).
   """
+  with GracefulInterrupts() as interrupts:
+    return _run(cfg, progress, data, interrupts)
+
+
+def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
+         ) -> RunResult:
+  """`run` with its signal handlers installed (``interrupts``)."""
   from fedjax_dp.data import load_dataset  # deferred: keeps `import fedjax_dp` light
   cfg.validate()
   t_start = time.perf_counter()
@@ -653,8 +686,19 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
           f"(metrics format {saved.get('metrics_format', 1)}, this one reads "
           f"{METRICS_FORMAT}), whose noise multipliers for fixed-size cohorts were not "
           "relative to the replace-one sensitivity; start a new run.")
-    cfg = RunConfig.from_dict({**saved["config"], "out": cfg.resume, "resume": None},
+    extend_to = cfg.resume_rounds
+    cfg = RunConfig.from_dict({**saved["config"], "out": cfg.resume, "resume": None,
+                               "resume_rounds": None, "overwrite": False},
                               source=f"checkpoint in {cfg.resume}").validate()
+    if extend_to is not None:
+      if extend_to <= saved["rounds_done"]:
+        raise FedJaxDpError(f"resume_rounds (--rounds with --resume) must be more than the "
+                            f"{saved['rounds_done']} rounds the run in {cfg.out!r} has "
+                            f"done, got {extend_to}.")
+      if "noise_multiplier_hparam" not in saved:
+        raise FedJaxDpError(f"resume_rounds: the checkpoint in {cfg.out!r} does not record "
+                            "the run's noise multiplier (an older fedjax_dp wrote it); "
+                            "resume it without --rounds, or start a new run.")
   padpfl = cfg.algorithm == "padpfl"
   if data is None:
     data = load_dataset(cfg.dataset, partition=cfg.partition, num_clients=cfg.num_clients,
@@ -676,9 +720,27 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   mesh = run_mesh(cfg)
   parts = scenario.part_of_client if scenario is not None else None
   probe = build_algorithm(cfg, model, data, 1.0, mesh, parts)
-  z = resolve_noise_multiplier(cfg, data, probe)
+  if saved is not None and "noise_multiplier_hparam" in saved:  # as the run started
+    z = saved["noise_multiplier_hparam"]
+    z = None if z is None else np.asarray(z, np.float32) if np.ndim(z) else float(z)
+  else:
+    z = resolve_noise_multiplier(cfg, data, probe)
   alg = (build_algorithm(cfg, model, data, z, mesh, parts)
          if z is not None and not (np.ndim(z) == 0 and z == 1.0) else probe)
+  if saved is not None and extend_to is not None:
+    # Extending must not change the rounds already run: refused where the algorithm's
+    # hyper-parameters depend on the number of rounds (a noise schedule calibrated for
+    # them, say).
+    before, rounds_before = alg, cfg.rounds
+    cfg = dataclasses.replace(cfg, rounds=extend_to)
+    alg = build_algorithm(cfg, model, data, z if z is not None else 1.0, mesh, parts)
+    changed = _rounds_dependent(before.config, alg.config)
+    if changed:
+      raise FedJaxDpError(
+          f"resume_rounds: {alg.name}'s configuration depends on the number of rounds "
+          f"({', '.join(changed)} change from {rounds_before} to {extend_to} rounds), so "
+          "the rounds already run could not be continued as they were; start a new run "
+          "with the rounds you want.")
 
   ledger = None
   # What fixes the DpEvent besides each round's (z, q, dp_steps): with these in every
@@ -718,15 +780,8 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   pop = sharding.replicate(
       PopulationData(jnp.asarray(data.x), jnp.asarray(data.y), jnp.asarray(data.counts)), mesh)
   if ledger is not None and saved_records:
-    # The restored rounds' events, so that epsilon continues exactly: from the records
-    # (what metrics.jsonl holds), or the saved per-client ledger.
-    if alg.privacy.per_client:
-      from fedjax_dp.privacy.per_client import PerClientLedger
-      ledger = PerClientLedger.from_dict(meta["per_client_ledger"])
-    else:
-      ledger.record_many([r["noise_multiplier"] for r in saved_records],
-                         [r["sampling_rate"] for r in saved_records],
-                         [r["dp_steps"] for r in saved_records])
+    ledger = _restored_ledger(alg.privacy, cfg.delta, saved_records,
+                              meta.get("per_client_ledger"))
   test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
   test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
   # HAR's test windows are the clients' own held-out data; without a test set the
@@ -747,12 +802,13 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
 
   out = cfg.out
   metrics_file = None
+  if out and saved is None:  # only now, after every check has passed
+    out = _fresh_out_dir(out, cfg.overwrite)
+    cfg = dataclasses.replace(cfg, out=out)
+  interrupted: Optional[RunInterrupted] = None
   if out:
     os.makedirs(out, exist_ok=True)
     if saved is None:
-      # A fresh run replaces an earlier run's checkpoints in the same folder (only now,
-      # after every check has passed).
-      shutil.rmtree(os.path.join(out, "checkpoints"), ignore_errors=True)
       checkpointer = RunCheckpointer(os.path.join(out, "checkpoints"))
     # Rewritten from the checkpoint on resume: rounds after it were lost with the run.
     metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
@@ -768,12 +824,15 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
   if bar is not None:
     bar.update(done_before)
 
-  control = None
-  if paper004:  # host-side sigma_m per round (with online refinement when alpha_d)
-    control = algos.amplitude_varying.NoiseController(
+  def make_control(records):
+    """Paper 004's host-side sigma_m per round (online refinement when alpha_d), with
+    the rounds of ``records`` replayed."""
+    c = algos.amplitude_varying.NoiseController(
         alg.config, algos.amplitude_varying.OnlineRefinement(
             cfg.alpha_d, cfg.refinement_mode) if cfg.alpha_d else None)
-    control.restore(saved_records)
+    c.restore(records)
+    return c
+  control = make_control(saved_records) if paper004 else None
 
   def on_round(r):
     rec = dict(r)
@@ -798,10 +857,11 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
         rec["noise_multiplier_conditional"] = r["noise_stddev"] / alg.config[
             "sensitivity_paper"]
     rec = json_safe(rec)
-    written.append(rec)  # the checkpoint keeps every field (resuming needs them)
-    if metrics_file is not None:
-      metrics_file.write(json.dumps(published(rec)) + "\n")
-      metrics_file.flush()
+    with interrupts.critical():  # a metrics line is written whole or not at all
+      written.append(rec)  # the checkpoint keeps every field (resuming needs them)
+      if metrics_file is not None:
+        metrics_file.write(json.dumps(published(rec)) + "\n")
+        metrics_file.flush()
     if "test_accuracy" in r:
       last["test_accuracy"] = r["test_accuracy"]
     if bar is not None:
@@ -809,17 +869,32 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       bar.set_postfix(loss=f"{r['train_loss']:.3f}", acc=f"{last['test_accuracy']:.3f}",
                       eps=f"{r.get('epsilon', float('inf')):.2f}")
 
-  try:
-    remaining = planned - done_before
+  # The newest consistent (rounds, state, per-client ledger): what an interrupted run
+  # keeps. Updated once a block's checkpoint is complete.
+  per_client = alg.privacy is not None and alg.privacy.per_client
+  kept = {"rounds": done_before, "state": state,
+          "per_client": meta.get("per_client_ledger") if saved is not None else None}
 
-    def on_block(s, done):
+  def on_block(s, done):
+    ledger_dict = ledger.to_dict() if per_client else None
+    # A checkpoint is written whole (orbax renames it when complete), and what the run
+    # keeps moves to it in the same step.
+    with interrupts.critical():
       if checkpointer is not None:
         meta = {"rounds_done": done_before + done, "config": dataclasses.asdict(cfg),
-                "records": written, "metrics_format": METRICS_FORMAT}
-        if alg.privacy is not None and alg.privacy.per_client:
-          meta["per_client_ledger"] = ledger.to_dict()
+                "records": written[:done_before + done],
+                "metrics_format": METRICS_FORMAT,
+                "noise_multiplier_hparam": json_safe(
+                    None if z is None else np.asarray(z).tolist())}
+        if per_client:
+          meta["per_client_ledger"] = ledger_dict
         checkpointer.save(done_before + done, s, meta)
+      kept.update(rounds=done_before + done, state=s, per_client=ledger_dict)
 
+  try:
+    if saved is None and checkpointer is not None:
+      on_block(state, 0)  # round 0: a run stopped before its first block can resume
+    remaining = planned - done_before
     common = dict(ledger=ledger, device_evaluator=device_eval, on_round=on_round,
                   on_block=on_block)
     records = []
@@ -848,11 +923,26 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
           alg.round_fn, state, pop, schedule, root, rounds=remaining,
           block_size=cfg.eval_every, eval_every=cfg.eval_every, **common)
     records = [dict(r, round=r["round"] - 1) for r in saved_records] + records
+  except RunInterrupted as e:
+    interrupted = e
   finally:
     if bar is not None:
       bar.close()
     if metrics_file is not None:
       metrics_file.close()
+  if interrupted is not None:
+    # Back to the newest checkpoint: its state, its rounds' records (metrics.jsonl
+    # rewritten to match), its ledger; the summary below is of those rounds.
+    state = kept["state"]
+    del written[kept["rounds"]:]
+    records = [dict(r, round=r["round"] - 1) for r in written]
+    if out:
+      _write_atomic(os.path.join(out, "metrics.jsonl"),
+                    "".join(json.dumps(published(r)) + "\n" for r in written))
+    if ledger is not None:
+      ledger = _restored_ledger(alg.privacy, cfg.delta, written, kept["per_client"])
+    if control is not None:
+      control = make_control(written)
 
   final = evaluate(state.params)
   wall = time.perf_counter() - t_start
@@ -866,9 +956,13 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
       "dataset_description": data.describe(),
       "model": model_name,
       "rounds": len(records),
+      "interrupted": (None if interrupted is None else {
+          "signal": str(interrupted), "rounds_done": len(records),
+          "rounds_planned": planned,
+          "resume": f"fedjax-dp run --resume {out}" if out else None}),
       "budget_guard": ({"target_epsilon": cfg.target_epsilon, "rounds_planned": cfg.rounds,
                         "rounds_run": len(records),
-                        "stopped_early": len(records) < cfg.rounds}
+                        "stopped_early": planned < cfg.rounds}
                        if guarded else None),
       "final_test_accuracy": final["accuracy"],
       "final_test_loss": final["loss"],
@@ -949,6 +1043,74 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     _plot(records, os.path.join(out, "curves.png"),
           f"{alg.name} on {summary['dataset']}: eps={eps:.2f}, delta={cfg.delta:g}")
   return RunResult(state, records, summary, ledger)
+
+
+#: What marks a folder as holding a run (never overwritten without ``overwrite``).
+RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints", "curves.png")
+
+
+def _holds_run(folder: str) -> bool:
+  return any(os.path.exists(os.path.join(folder, f)) for f in RUN_FILES)
+
+
+def _fresh_out_dir(out: str, overwrite: bool) -> str:
+  """The folder a fresh run writes to: ``out`` if it holds no earlier run; with
+  ``overwrite`` the earlier run's files are removed first; otherwise the first of
+  ``<out>-2``, ``<out>-3``, ... that holds none (logged as a warning)."""
+  if not _holds_run(out):
+    return out
+  if overwrite:
+    for f in RUN_FILES:
+      path = os.path.join(out, f)
+      if os.path.isdir(path):
+        shutil.rmtree(path)
+      elif os.path.exists(path):
+        os.remove(path)
+    return out
+  base = out.rstrip(os.sep) or out
+  k = 2
+  while _holds_run(f"{base}-{k}"):
+    k += 1
+  new = f"{base}-{k}"
+  _log.warning("%s holds an earlier run; this run writes to %s (overwrite / --overwrite "
+               "replaces the earlier run instead, --resume continues it).", out, new)
+  return new
+
+
+def _write_atomic(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` through a temporary file and a rename."""
+  with open(path + ".tmp", "w") as f:
+    f.write(text)
+  os.replace(path + ".tmp", path)
+
+
+def _restored_ledger(spec, delta: float, records: List[Dict[str, Any]],
+                     per_client: Optional[Dict[str, Any]]):
+  """A fresh ledger holding the events of ``records`` (the rounds of a checkpoint), so
+  that epsilon continues exactly: from the records (what metrics.jsonl holds), or for
+  per-client accounting the saved per-client ledger ``per_client`` (its ``to_dict``)."""
+  if spec.per_client:
+    from fedjax_dp.privacy.per_client import PerClientLedger
+    return PerClientLedger.from_dict(per_client)
+  ledger = spec.make_ledger(delta)
+  if records:
+    ledger.record_many([r["noise_multiplier"] for r in records],
+                       [r["sampling_rate"] for r in records],
+                       [r["dp_steps"] for r in records])
+  return ledger
+
+
+def _rounds_dependent(before: Dict[str, Any], after: Dict[str, Any]) -> List[str]:
+  """The keys of an algorithm's config (other than ``rounds``) that differ between
+  ``before`` and ``after``, built for different numbers of rounds."""
+  def plain(v):
+    if isinstance(v, dict):
+      return {k: plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+      return [plain(x) for x in v]
+    return np.asarray(v).tolist() if hasattr(v, "__array__") else v
+  a, b = plain(before), plain(after)
+  return sorted(k for k in set(a) | set(b) if k != "rounds" and a.get(k) != b.get(k))
 
 
 def _per_part(p_schedule, part_of_client) -> List[List[float]]:
