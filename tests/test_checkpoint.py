@@ -16,16 +16,9 @@ import pytest
 from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.runner import RunConfig, run
 from fedjax_dp.validation import FedJaxDpError
+from run_outputs import read_metrics as _metrics
 
 ARGS = ["--dataset", "synthetic", "--num-clients", "20", "--model", "linear", "--seed", "3"]
-
-
-def _metrics(out):
-  with open(os.path.join(out, "metrics.jsonl")) as f:
-    recs = [json.loads(line) for line in f]
-  for r in recs:
-    r.pop("wall_time_s")
-  return recs
 
 
 def _final_params(out, rounds):

@@ -17,6 +17,7 @@ from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
 from fedjax_dp.runner import RunConfig, run
 from fedjax_dp.validation import FedJaxDpError
+from run_outputs import read_metrics as _metrics
 
 main_thread_only = pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(),
@@ -25,14 +26,6 @@ main_thread_only = pytest.mark.skipif(
 SYNTH = dict(dataset="synthetic", num_clients=20, model="linear", seed=3, eval_every=2)
 ARGS = ["--dataset", "synthetic", "--num-clients", "20", "--model", "linear", "--seed", "3",
         "--eval-every", "2", "--no-progress"]
-
-
-def _metrics(out):
-  with open(os.path.join(out, "metrics.jsonl")) as f:
-    recs = [json.loads(line) for line in f]
-  for r in recs:
-    r.pop("wall_time_s")
-  return recs
 
 
 def _summary(out):

@@ -11,20 +11,9 @@ from fedjax_dp.privacy import accountants
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
-DELTA = 1e-5
-ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+from direct_dp import DELTA, direct_rdp_epsilon, poisson
+
 CONVERGENCE_MSG = "_compute_log_a_frac failed to converge"
-
-
-def poisson(z, q):
-  return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
-
-
-def direct_rdp_epsilon(events, delta=DELTA, relation=ADD_REMOVE):
-  acc = dp_rdp.RdpAccountant(neighboring_relation=relation)
-  for event in events:
-    acc.compose(event)
-  return acc.get_epsilon(delta)
 
 
 # --------------------------------------------------------------------------

@@ -15,23 +15,12 @@ from fedjax_dp.privacy.events import Truncation, make_dp_event
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError
 
-DELTA = 1e-5
-ADD_REMOVE = dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE
+from direct_dp import ADD_REMOVE, DELTA, direct_rdp_epsilon, poisson
+
 REPLACE_ONE = dp_accounting.NeighboringRelation.REPLACE_ONE
 # Coarse PLD grid where exact agreement with an equally configured PLDAccountant
 # is checked; keeps the module fast.
 COARSE = 1e-3
-
-
-def poisson(z, q):
-  return dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
-
-
-def direct_rdp_epsilon(events, delta=DELTA, relation=ADD_REMOVE):
-  acc = dp_rdp.RdpAccountant(neighboring_relation=relation)
-  for event in events:
-    acc.compose(event)
-  return acc.get_epsilon(delta)
 
 
 def direct_pld_epsilon(events, delta=DELTA, interval=COARSE):
