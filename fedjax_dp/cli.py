@@ -14,236 +14,154 @@ import math
 import re
 import signal
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from fedjax_dp.validation import FedJaxDpError
 
-_D = None  # filled lazily with RunConfig defaults
+def _flags(cls: type) -> Dict[str, List[str]]:
+  """``{field: [its flags]}`` of a dataclass's fields as tyro spells them (dashes for
+  underscores, ``--no-X`` for booleans, declared aliases)."""
+  from fedjax_dp.runs.config import flag_aliases
+  out: Dict[str, List[str]] = {}
+  for f in dataclasses.fields(cls):
+    flag = "--" + f.name.replace("_", "-")
+    out[f.name] = [flag, "--no-" + f.name.replace("_", "-")]
+  for alias, name in flag_aliases(cls).items():
+    out[name].append("--" + alias.replace("_", "-"))
+  return out
 
 
-def _defaults():
-  global _D
-  if _D is None:
-    from fedjax_dp.runner import RunConfig
-    _D = RunConfig()
-  return _D
+def _typed(argv: List[str], flags: Dict[str, List[str]]) -> Dict[str, str]:
+  """``{field: the flag typed}`` of the options given in ``argv``."""
+  out = {}
+  for tok in argv:
+    for name, fl in flags.items():
+      if any(tok == f or tok.startswith(f + "=") for f in fl):
+        out[name] = tok.split("=", 1)[0]
+  return out
 
 
-def _add_run_parser(sub) -> argparse.ArgumentParser:
-  d = _defaults()
-  from fedjax_dp.algorithms import ALGORITHMS
-  p = sub.add_parser(
-      "run", help="train a (DP) federated model and report accuracy and epsilon",
-      formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-      description=("Train a federated model with differential privacy. Defaults: "
-                   "user-level DP-FedAvg on HAR (UCI HAPT, 30 natural clients)."))
-  g = p.add_argument_group("task")
-  g.add_argument("--algorithm", default=d.algorithm, choices=sorted(ALGORITHMS),
-                 help="dp_fedavg / dp_fedsgd: user-level DP (McMahan et al. 2018); "
-                      "dp_fedavg_record_level: local DP-SGD in each client; fedavg: "
-                      "non-private baseline")
-  g.add_argument("--dataset", default=d.dataset,
-                 help="har, fashion_mnist, mnist, emnist, cifar10 or synthetic "
-                      "(`fedjax-dp datasets` shows what is available here)")
-  g.add_argument("--partition", default=d.partition,
-                 help="natural, iid, dirichlet, shards or quantity_skew (default: the "
-                      "dataset's own: natural for har)")
-  g.add_argument("--num-clients", type=int, default=d.num_clients,
-                 help="number of clients for synthetic partitions")
-  g.add_argument("--data-dir", default=d.data_dir,
-                 help="directory with dataset files (IDX ...); also FEDJAX_DP_DATA_DIR")
-  g.add_argument("--model", default=d.model,
-                 help="mlp, cnn, lenet5, har_cnn or linear (default depends on the dataset)")
-  g.add_argument("--hidden", default=d.hidden,
-                 help="MLP hidden widths, e.g. 32 or 200,200 (default 200,200)")
-  g.add_argument("--activation", default=d.activation, choices=("relu", "linear"),
-                 help="MLP activation (paper 004's MLP is linear)")
-  g = p.add_argument_group("federated training")
-  g.add_argument("--rounds", type=int, default=d.rounds, help="communication rounds")
-  c = g.add_mutually_exclusive_group()
-  c.add_argument("--clients-per-round", type=int, default=None,
-                 help="expected cohort size q*N (exclusive with --sampling-rate)")
-  c.add_argument("--sampling-rate", type=float, default=None,
-                 help=f"client sampling rate q in (0, 1] (default {d.sampling_rate})")
-  g.add_argument("--sampler", default=d.sampler, choices=("poisson", "fixed_size"),
-                 help="Poisson sampling (add/remove DP) or fixed-size without replacement "
-                      "(replace-one DP)")
-  g.add_argument("--local-epochs", type=int, default=d.local_epochs,
-                 help="local epochs E per round")
-  g.add_argument("--local-steps", type=int, default=d.local_steps,
-                 help="local steps tau per round (overrides --local-epochs)")
-  g.add_argument("--batch-size", type=int, default=d.batch_size, help="local minibatch size")
-  g.add_argument("--client-optimizer", default=d.client_optimizer,
-                 choices=("sgd", "momentum", "adam"))
-  g.add_argument("--client-lr", type=float, default=d.client_learning_rate,
-                 help="client learning rate")
-  g.add_argument("--server-optimizer", default=d.server_optimizer,
-                 choices=("fedavg", "fedavgm", "fedadam", "fedyogi"))
-  g.add_argument("--server-lr", type=float, default=d.server_learning_rate,
-                 help="server learning rate")
-  g = p.add_argument_group("privacy")
-  g.add_argument("--noise-multiplier", type=float, default=None,
-                 help=f"noise multiplier z: noise std = z * clip norm (default "
-                      f"{d.noise_multiplier})")
-  g.add_argument("--target-epsilon", "--epsilon", type=float, default=None,
-                 help="alone: calibrate z so that --rounds rounds spend this epsilon; "
-                      "with --noise-multiplier: budget guard, stop before the round that "
-                      "would take epsilon past it; amplitude_varying: the epsilon of its "
-                      "eq. (8)")
-  g.add_argument("--delta", type=float, default=d.delta, help="delta of (epsilon, delta)-DP")
-  g.add_argument("--clip-norm", type=float, default=d.clip_norm,
-                 help="L2 clip norm: of each client's update (user level) or of each "
-                      "example's gradient (record level)")
-  g.add_argument("--record-sampling-rate", type=float, default=d.record_sampling_rate,
-                 help="record level: Poisson rate of examples per local DP-SGD step "
-                      "(default batch size / mean client size)")
-  g.add_argument("--accountant", default=d.accountant, choices=("rdp", "pld"),
-                 help="accountant for the reported epsilon (both are in summary.json)")
-  g.add_argument("--noise-placement", default=d.noise_placement,
-                 choices=("central", "local"),
-                 help="dp_fedavg / dp_fedsgd: one Gaussian draw on the aggregate (central) "
-                      "or every sampled client noises its own clipped update (local; "
-                      "accounted under zero-out for Poisson cohorts)")
-  g.add_argument("--client-noise-multipliers", default=d.client_noise_multipliers,
-                 metavar="FILE",
-                 help="with --noise-placement local: a .npy, .json or text file with one "
-                      "noise multiplier per client; every client is accounted with its own "
-                      "and summary.json reports the worst client's epsilon")
-  g.add_argument("--sensitivity-mode", default=d.sensitivity_mode,
-                 choices=("paper", "clipped_gradients"),
-                 help="papers 000 and 004: paper = the paper's noise calibration, with the "
-                      "guarantee computed for the bound the code enforces (the weight "
-                      "ball); clipped_gradients = per-example gradient clipping "
-                      "(--grad-clip-norm) and the paper's formula with that provable "
-                      "sensitivity")
-  g.add_argument("--grad-clip-norm", type=float, default=d.grad_clip_norm,
-                 help="per-example gradient clip norm G of --sensitivity-mode "
-                      "clipped_gradients")
-  g.add_argument("--dp-metrics-only", action="store_true", default=d.dp_metrics_only,
-                 help="write only metrics released under DP or public to metrics.jsonl "
-                      "(no train loss, update norms, clip fractions: those are computed "
-                      "from raw client data)")
-  g = p.add_argument_group(
-      "amplitude_varying (paper 004: Yuan et al., geometric noise variance)",
-      "uses --epsilon (eq. 8), --clip-norm as the parameter clip C, --local-steps as "
-      "tau (default 5), --clients-per-round as K, --client-lr as eta; full-batch local "
-      "GD unless --batch-size")
-  g.add_argument("--vartheta", type=float, default=d.vartheta,
-                 help="ratio of the geometric variance series Theta(m) = vartheta^(m-1) "
-                      "sigma^2, eq. (6); 1 = persistent Gaussian noise")
-  g.add_argument("--mechanism", default=d.mechanism, choices=("gaussian", "laplace", "none"),
-                 help="gaussian (the paper's), laplace (its constant 'Lap' baseline) or "
-                      "none (no noise, clipping kept)")
-  g.add_argument("--laplace-mode", default=d.laplace_mode,
-                 choices=("pure_dp_split", "variance_matched"),
-                 help="calibration of the Laplace baseline")
-  g.add_argument("--alpha-d", type=float, default=d.alpha_d,
-                 help="online refinement (Theorem 2): when the test loss stops "
-                      "decreasing, M' = ceil(alpha_d M) and sigma is recomputed")
-  g.add_argument("--refinement-mode", default=d.refinement_mode,
-                 choices=("paper", "exact_budget"),
-                 help="paper: eq. (9) as printed; exact_budget: never exceeds the budget")
-  g = p.add_argument_group(
-      "padpfl (paper 000: Talaei and Izadi, impact factors with client and server noise)",
-      "uses --dataset (images; default model an MLP with --hidden 64), --epsilon and "
-      "--delta (eqs. 8 and 13), --clip-norm as the weight bound B, --local-steps as tau "
-      "(default 10, full batch unless --batch-size), --client-lr, --mechanism none for "
-      "the non-private mode")
-  g.add_argument("--scenario", type=int, default=d.scenario, choices=(1, 2, 3, 4),
-                 help="heterogeneity scenario of the paper's Table I (60 clients in 3 parts)")
-  g.add_argument("--impact-factors", default=d.impact_factors,
-                 help="personalized (the scenario's own), equal, data_size, a per-part "
-                      "ratio such as 0-1-2, or 0-1-2>2-1-0 (switch after round 10)")
-  g.add_argument("--exposures", type=int, default=d.exposures,
-                 help="R: uploads an adversary may see, 1 <= R <= rounds (eq. 8)")
-  g.add_argument("--prox-mu", type=float, default=d.prox_mu,
-                 help="FedProx mu of the local objective (eq. 4); 0 = FedAvg")
-  g = p.add_argument_group("run")
-  g.add_argument("--eval-every", type=int, default=d.eval_every,
-                 help="evaluate on the test set every N rounds")
-  g.add_argument("--seed", type=int, default=d.seed)
-  g.add_argument("--devices", type=int, default=d.devices,
-                 help="shard each cohort over this many local devices (default: all; on "
-                      "a CPU, one device per core)")
-  g.add_argument("--chunk-size", type=int, default=d.chunk_size,
-                 help="clients trained at once per device (default: chosen from the "
-                      "model size and free memory)")
-  g.add_argument("--out", default=d.out,
-                 help="output folder for metrics.jsonl, summary.json, curves.png")
-  g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-  g.add_argument("--overwrite", action="store_true", default=d.overwrite,
-                 help="replace an earlier run in --out (without it the run writes to "
-                      "<out>-2, <out>-3, ... and says so)")
-  g.add_argument("--resume", default=None, metavar="DIR",
-                 help="continue the run whose --out was DIR from its newest checkpoint "
-                      "(written at every evaluation and at the start); its saved "
-                      "configuration is used; with --rounds N it continues to N rounds "
-                      "in all (extends a finished run)")
-  g.add_argument("--config", default=None, metavar="FILE",
-                 help="read options from a .json or .toml file of RunConfig fields "
-                      "(e.g. rounds = 100, clip_norm = 0.5), or from an earlier run's "
-                      "summary.json; options given on the command line override it; "
-                      "unknown keys are an error")
-  g.add_argument("--no-verify-checksums", dest="verify_checksums", action="store_false",
-                 help="load data files even when they fail their published checksums "
-                      "(for knowingly modified files)")
-  return p
+def _flag_value(argv: List[str], flag: str) -> Optional[str]:
+  """The value of the last ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``)."""
+  value = None
+  for i, tok in enumerate(argv):
+    if tok == flag and i + 1 < len(argv):
+      value = argv[i + 1]
+    elif tok.startswith(flag + "="):
+      value = tok.split("=", 1)[1]
+  return value
 
 
-# argparse destination -> RunConfig field, where the two differ (others are equal).
-_FIELD_FOR_DEST = {"client_lr": "client_learning_rate", "server_lr": "server_learning_rate"}
-_NOT_FIELDS = ("command", "config", "no_progress")
+@dataclasses.dataclass
+class CommandLineOptions:
+  """Options of the command line only."""
+  config: Optional[str] = None
+  """read options from a .json or .toml file with one table of option names (e.g.
+  rounds = 100, clip_norm = 0.5), or from an earlier run's summary.json; options given on
+  the command line override it; unknown keys are an error"""
+  no_progress: bool = False
+  """hide the progress bar"""
 
 
-def _explicit_dests(run_parser: argparse.ArgumentParser, argv: List[str]) -> set:
-  """The ``run`` options the user actually typed (argparse fills in the rest)."""
-  saved = [(a, a.default) for a in run_parser._actions]
-  try:
-    for a, _ in saved:
-      a.default = argparse.SUPPRESS
-    ns = argparse.Namespace()
-    run_parser.parse_known_args(argv[argv.index("run") + 1:], ns)
-  finally:
-    for a, default in saved:
-      a.default = default
-  return set(vars(ns))
+def _condense(text: str) -> str:
+  """tyro's boxed error message as one line: its title, its text, and the flag it
+  suggests (``Perhaps you meant``)."""
+  lines = [re.sub(r"[\u2500-\u257f]", " ", ln).strip() for ln in text.splitlines()]
+  lines = [ln for ln in lines if ln and not re.fullmatch(r"[-\s]*", ln)]
+  body, suggestion, skip = [], None, False
+  for i, ln in enumerate(lines):
+    if ln.startswith("For full helptext"):
+      break
+    if ln.startswith("Argument helptext"):
+      skip = True
+      continue
+    if ln.startswith("Perhaps you meant"):
+      nxt = lines[i + 1] if i + 1 < len(lines) else ""
+      suggestion = nxt.split()[0].rstrip(",") if nxt else None
+      skip = True
+      continue
+    if not skip:
+      body.append(ln)
+  title, rest = (body[0], " ".join(body[1:])) if body else ("error", "")
+  m = re.match(r"(?:Error parsing|invalid choice .* for argument) '?(--[a-z0-9-]+)'?", rest)
+  if m:  # a value tyro could not parse, or not one of the choices
+    msg = f"argument {m.group(1)}: " + re.sub(r"^Error parsing --[a-z0-9-]+: ", "", rest)
+  elif rest.lower().startswith(title.lower()):
+    msg = rest[0].lower() + rest[1:]
+  else:
+    msg = f"{title.lower()}: {rest}" if rest else title
+  return msg + (f" (did you mean {suggestion}?)" if suggestion else "")
 
 
-def _config_from_args(args, explicit: Optional[set] = None):
-  """The `RunConfig` of ``fedjax-dp run``: defaults < ``--config FILE`` < flags typed.
+class _CommandLineError(Exception):
+  """A command line tyro refused (the message is one line)."""
 
-  ``explicit`` holds the argparse destinations given on the command line (None: all).
-  Of the exclusive pairs (clients_per_round | sampling_rate) and (noise_multiplier |
-  target_epsilon calibration) the defaults fill in only when neither is given.
+
+def parse_run_args(argv: List[str]):
+  """``fedjax-dp run``'s arguments -> ``(RunConfig, CommandLineOptions, where)``.
+
+  The flags are generated by tyro from `fedjax_dp.runs.config.RunConfig` and the
+  chosen algorithm's ``Options`` (``--algorithm``, else the config file's, else the
+  default): defaults < ``--config FILE`` < flags typed. Of an ``EXCLUSIVE`` pair of
+  options, one typed replaces the other's value from the file. ``--resume DIR --rounds
+  N`` continues the run in DIR to N rounds in all. ``where`` maps each option given to
+  where it came from (``option --flag`` or ``key 'k' of config file 'f'``).
+
+  Raises:
+    FedJaxDpError: a bad config file.
+    _CommandLineError: tyro refused the command line (one line).
   """
-  from fedjax_dp.runner import RunConfig, load_config_file
-  d = _defaults()
-  values = {}
-  if args.config:
-    table = load_config_file(args.config)
-    checked = RunConfig.from_dict(table, f"config file {args.config!r}")  # keys, types
-    given = {_FIELD_FOR_DEST.get(k.replace("-", "_"), k.replace("-", "_")) for k in table}
-    values = {k: v for k, v in vars(checked).items() if k in given}
-  cli = {_FIELD_FOR_DEST.get(k, k): v for k, v in vars(args).items()
-         if k not in _NOT_FIELDS and (explicit is None or k in explicit)}
-  if explicit is None:  # no record of what was typed: treat argparse's None as unset
-    cli = {k: v for k, v in cli.items() if v is not None or k not in (
-        "clients_per_round", "sampling_rate", "noise_multiplier", "target_epsilon")}
-  if "clients_per_round" in cli and "sampling_rate" not in cli:
-    values.pop("sampling_rate", None)
-  if "sampling_rate" in cli and "clients_per_round" not in cli:
-    values.pop("clients_per_round", None)
-  values.update(cli)
-  if values.get("resume") and explicit is not None and "rounds" in explicit:
-    values["resume_rounds"] = values["rounds"]  # continue the saved run to N rounds
-  if values.get("clients_per_round") is None and values.get("sampling_rate") is None:
-    values["sampling_rate"] = d.sampling_rate
-  if "clients_per_round" in values and "sampling_rate" not in values:
-    values["sampling_rate"] = None
-  if values.get("noise_multiplier") is None:
-    values["noise_multiplier"] = (d.noise_multiplier if values.get("target_epsilon") is None
-                                  else None)
-  return RunConfig(**values)
+  import contextlib
+  import io
+  import typing
+  import tyro
+  from fedjax_dp.algorithms import registry
+  from fedjax_dp.runs.config import RunConfig, load_config_file
+  table: Dict = {}
+  config_path = _flag_value(argv, "--config")
+  if config_path:
+    table = load_config_file(config_path)
+  algorithm = _flag_value(argv, "--algorithm") or table.get("algorithm", "dp_fedavg")
+  if algorithm not in registry.REGISTRY:  # tyro refuses it with the choices
+    algorithm = "dp_fedavg"
+  plugin = registry.get(algorithm)
+  flags = {**_flags(RunConfig), **_flags(plugin.Options), **_flags(CommandLineOptions)}
+  typed = _typed(argv, flags)
+  for a, b in getattr(plugin.Options, "EXCLUSIVE", ()):
+    for one, other in ((a, b), (b, a)):
+      if one in typed and other not in typed:
+        table = {k: v for k, v in table.items() if k.replace("-", "_") != other}
+  source = f"config file {config_path!r}"
+  base = RunConfig.from_dict({**table, "algorithm": algorithm}, source)
+  where = {k.replace("-", "_"): f"key {k!r} of {source}" for k in table}
+  where.update({name: f"option {flag}" for name, flag in typed.items()})
+  Options = dataclasses.make_dataclass("Options", [
+      ("run", typing.Annotated[RunConfig, tyro.conf.OmitArgPrefixes]),
+      ("algorithm_options", typing.Annotated[plugin.Options, tyro.conf.OmitArgPrefixes]),
+      ("command_line", typing.Annotated[CommandLineOptions, tyro.conf.OmitArgPrefixes]),
+  ])
+  err = io.StringIO()
+  try:
+    with contextlib.redirect_stderr(err):
+      parsed = tyro.cli(Options, args=argv, prog="fedjax-dp run",
+                        description=_RUN_DESCRIPTION.format(
+                            name=plugin.name, description=plugin.description),
+                        default=Options(base, base.options, CommandLineOptions()))
+  except SystemExit as e:
+    if e.code in (0, None):
+      raise
+    raise _CommandLineError(_condense(err.getvalue())) from None
+  cfg = dataclasses.replace(parsed.run, options=parsed.algorithm_options)
+  if cfg.resume and "rounds" in typed:
+    cfg = dataclasses.replace(cfg, resume_rounds=cfg.rounds)  # continue to N in all
+  return cfg, parsed.command_line, where
+
+
+_RUN_DESCRIPTION = (
+    "Train a federated model with differential privacy and report test accuracy and "
+    "the (epsilon, delta) spent. Default: user-level DP-FedAvg on HAR (UCI HAPT, 30 "
+    "natural clients). The options of the algorithm {name} ({description}) are listed "
+    "last; `fedjax-dp run --algorithm NAME --help` lists another algorithm's.")
 
 
 def _eps(value: float) -> str:
@@ -251,12 +169,27 @@ def _eps(value: float) -> str:
   return f"{value:.3f}" if value < 1e4 else f"{value:.4g}"
 
 
-def _cmd_run(args, explicit: Optional[set] = None) -> int:
-  from fedjax_dp.runner import run
-  cfg = _config_from_args(args, explicit).validate()
+def _cmd_run(argv: List[str]) -> int:
+  """``fedjax-dp run``: parse, validate (one line naming the option and where it came
+  from), run, print the result."""
+  try:
+    cfg, cli_opts, where = parse_run_args(argv)
+  except _CommandLineError as e:
+    print(f"fedjax-dp: error: {e}", file=sys.stderr)
+    return 2
+  try:
+    cfg.validate()
+  except FedJaxDpError as e:
+    hint = f" ({where[e.option]})" if getattr(e, "option", None) in where else ""
+    raise FedJaxDpError(f"{e}{hint}", option=getattr(e, "option", None)) from e
   from fedjax_dp.federated.sharding import split_host_cpu
   split_host_cpu(cfg.devices)  # one JAX CPU device per core (before JAX starts)
-  result = run(cfg, progress=not args.no_progress)
+  from fedjax_dp.runs import run
+  try:
+    result = run(cfg, progress=not cli_opts.no_progress)
+  except FedJaxDpError as e:
+    hint = f" ({where[e.option]})" if getattr(e, "option", None) in where else ""
+    raise FedJaxDpError(f"{e}{hint}", option=getattr(e, "option", None)) from e
   s = result.summary
   eps = s["epsilon"]
   eps_txt = _eps(eps) if math.isfinite(eps) else "inf (non-private)"
@@ -276,10 +209,12 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
                  f"{s['delta_total']:.4g} = {s['delta']:g} + truncation")
     z_txt = ("" if s["noise_multiplier"] is None else
              f"; noise multiplier {s['noise_multiplier']:.4g}")
+    clip_txt = ("" if s["clip_norm"] is None else
+                f", clip norm {s['clip_norm']:g} on {s['clipped']}")
     print(f"  privacy: ({eps_txt}, {delta_txt})-DP, {s['privacy_unit']}, neighbouring "
           f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
-          f"(RDP {_eps(s['epsilon_rdp'])}, PLD {pld}){z_txt}, clip norm {s['clip_norm']}, "
-          f"sampling rate {s['sampling_rate']:.4g}")
+          f"(RDP {_eps(s['epsilon_rdp'])}, PLD {pld}){z_txt}{clip_txt}, sampling rate "
+          f"{s['sampling_rate']:.4g}")
     if s.get("per_client_epsilon_rdp") is not None:
       print(f"  per-client accounting: the worst client is {s['worst_client']} (epsilon "
             f"above); every client's epsilon is in summary.json")
@@ -287,20 +222,9 @@ def _cmd_run(args, explicit: Optional[set] = None) -> int:
       print(f"  conditional (not a guarantee): epsilon {s['epsilon_conditional_rdp']:.3f} "
             f"if the paper's sensitivity {s['sensitivity_paper']:.4g} held; the guarantee "
             f"above uses {s['sensitivity']:.4g}, what the code enforces")
-  if s.get("epsilon_rdp_downlink") is not None:
-    print(f"  paper 000's own accounting: epsilon {s['epsilon_paper']:g} per its "
-          f"classical Gaussian calibration; the accountant (RDP) on the noise added, with "
-          f"the paper's sensitivity: uplink {s['epsilon_rdp_uplink_conditional']:.3f} over "
-          f"R = {s['exposures']} upload(s), "
-          f"{s['epsilon_rdp_uplink_all_uploads_conditional']:.3f} over all uploads, "
-          f"downlink {s['epsilon_rdp_downlink_conditional']:.3f}; provable downlink "
-          f"{_eps(s['epsilon_rdp_downlink'])}; sigma_C {s['sigma_c'][0]:.4g}, sigma_S "
-          f"{s['sigma_s'][-1]:.4g}, sigma_A {s['sigma_a'][-1]:.4g} (last round)")
-  elif s.get("epsilon_paper") is not None:
-    print(f"  paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
-          f"{s['epsilon_paper_target']:g}; its moment bound minimised exactly: "
-          f"{s['epsilon_paper_exact_moment_bound']:.3f}); the guarantee above is what the "
-          f"code enforces")
+  from fedjax_dp.algorithms import registry
+  for line in registry.get(s["algorithm"]).describe(s):
+    print(f"  {line}")
   guard = s.get("budget_guard")
   if guard and guard["stopped_early"]:
     print(f"  budget guard: stopped after {guard['rounds_run']} of {guard['rounds_planned']} "
@@ -390,11 +314,14 @@ def _cmd_datasets(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+  """The top-level parser (``run`` takes the rest of the line: `parse_run_args`)."""
   parser = argparse.ArgumentParser(
       prog="fedjax-dp",
       description="fedjax_dp: fast simulation of differentially private federated learning")
   sub = parser.add_subparsers(dest="command", required=True)
-  parser.run_parser = _add_run_parser(sub)
+  sub.add_parser("run", add_help=False,
+                 help="train a (DP) federated model and report accuracy and epsilon "
+                      "(`fedjax-dp run --help` lists its options)")
   from fedjax_dp.algorithms import ALGORITHMS
   au = sub.add_parser(
       "audit", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -425,13 +352,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-  parser = build_parser()
   argv = sys.argv[1:] if argv is None else list(argv)
-  args = parser.parse_args(argv)
-  explicit = _explicit_dests(parser.run_parser, argv) if args.command == "run" else set()
+  parser = build_parser()
+  if argv[:1] == ["run"]:
+    args = argparse.Namespace(command="run")
+  else:
+    args = parser.parse_args(argv)
   try:
     if args.command == "run":
-      return _cmd_run(args, explicit)
+      return _cmd_run(argv[1:])
     if args.command == "audit":
       return _cmd_audit(args)
     return _cmd_datasets(args)
@@ -440,29 +369,8 @@ def main(argv: Optional[List[str]] = None) -> int:
           "holds checkpoints/ can be continued with --resume).", file=sys.stderr)
     return 128 + getattr(e, "signum", signal.SIGINT)
   except FedJaxDpError as e:  # a user's mistake: one clear line, no traceback
-    print(f"fedjax-dp: error: {e}{_flag_hint(parser, args, str(e), explicit)}",
-          file=sys.stderr)
+    print(f"fedjax-dp: error: {e}", file=sys.stderr)
     return 2
-
-
-def _flag_hint(parser: argparse.ArgumentParser, args, message: str, explicit: set) -> str:
-  """Where the value came from, when ``message`` is a check of one RunConfig field
-  (``"<field> must ..."``, ``"<field>='...' has ..."`` or ``"unknown <field> ..."``): `` (option --client-lr)`` if
-  it was typed, `` (key 'client_learning_rate' of config file 'run.toml')`` if it came
-  from ``--config``, nothing for a default."""
-  if args.command != "run":
-    return ""
-  for action in parser.run_parser._actions:
-    field = _FIELD_FOR_DEST.get(action.dest, action.dest)
-    flags = [o for o in action.option_strings if o.startswith("--")]
-    if flags and field not in _NOT_FIELDS and (
-        re.match(re.escape(field) + r"\b(?!_)", message) or
-        message.startswith(f"unknown {field} ")):
-      if action.dest in explicit:
-        return f" (option {flags[0]})"
-      if args.config:
-        return f" (key {field!r} of config file {args.config!r})"
-  return ""
 
 
 if __name__ == "__main__":

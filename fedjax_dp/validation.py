@@ -19,14 +19,28 @@ _FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 
 
 class FedJaxDpError(ValueError):
-  """Base class for fedjax_dp input errors (a ``ValueError``)."""
+  """Base class for fedjax_dp input errors (a ``ValueError``).
+
+  Attributes:
+    option: the name of the option (argument, config field) whose value was refused,
+      when the check knows it (every ``check_*`` here sets it), else None. The command
+      line uses it to say where the value came from (a flag or a config file key).
+  """
+
+  def __init__(self, message: str, option: Optional[str] = None):
+    super().__init__(message)
+    self.option = option
+
+
+def _invalid(name: str, message: str) -> FedJaxDpError:
+  return FedJaxDpError(message, option=name)
 
 
 def _as_float(name: str, value: Any) -> float:
   if isinstance(value, bool) or not isinstance(value, (numbers.Real, np.number)):
     if isinstance(value, np.ndarray) and value.ndim == 0:
       return float(value)
-    raise FedJaxDpError(
+    raise _invalid(name, 
         f"{name} must be a real number, got {value!r} of type {type(value).__name__}.")
   return float(value)
 
@@ -40,7 +54,7 @@ def check_finite(name: str, value: Any, allowed: str = "") -> float:
   v = _as_float(name, value)
   if not math.isfinite(v):
     what = f"a finite number {allowed}" if allowed else "finite"
-    raise FedJaxDpError(f"{name} must be {what}, got {value!r}.")
+    raise _invalid(name, f"{name} must be {what}, got {value!r}.")
   return v
 
 
@@ -48,7 +62,7 @@ def check_positive(name: str, value: Any) -> float:
   """Returns ``value`` as a float; raises unless it is finite and > 0."""
   v = check_finite(name, value, "> 0")
   if v <= 0:
-    raise FedJaxDpError(f"{name} must be > 0, got {value!r}.")
+    raise _invalid(name, f"{name} must be > 0, got {value!r}.")
   return v
 
 
@@ -56,7 +70,7 @@ def check_non_negative(name: str, value: Any) -> float:
   """Returns ``value`` as a float; raises unless it is finite and >= 0."""
   v = check_finite(name, value, ">= 0")
   if v < 0:
-    raise FedJaxDpError(f"{name} must be >= 0, got {value!r}.")
+    raise _invalid(name, f"{name} must be >= 0, got {value!r}.")
   return v
 
 
@@ -69,7 +83,7 @@ def check_delta(value: Any, name: str = "delta") -> float:
   """A privacy parameter delta: finite, in the open interval (0, 1)."""
   v = check_finite(name, value, "in the open interval (0, 1)")
   if not 0.0 < v < 1.0:
-    raise FedJaxDpError(f"{name} must be in the open interval (0, 1), got {value!r}.")
+    raise _invalid(name, f"{name} must be in the open interval (0, 1), got {value!r}.")
   return v
 
 
@@ -79,10 +93,10 @@ def check_probability(name: str, value: Any, allow_zero: bool = False) -> float:
   lo_ok = v >= 0.0 if allow_zero else v > 0.0
   if not (lo_ok and v <= 1.0):
     interval = "[0, 1]" if allow_zero else "(0, 1]"
-    raise FedJaxDpError(f"{name} must be in {interval}, got {value!r}.")
+    raise _invalid(name, f"{name} must be in {interval}, got {value!r}.")
   if 0.0 < v < _FLOAT32_TINY:
     # The compiled round carries rates in float32: this one would silently become 0.
-    raise FedJaxDpError(f"{name} must be {'0 or ' if allow_zero else ''}at least "
+    raise _invalid(name, f"{name} must be {'0 or ' if allow_zero else ''}at least "
                         f"{_FLOAT32_TINY:.3g} (the smallest "
                         f"normal float32, the precision rounds run in), got {value!r}.")
   return v
@@ -95,12 +109,12 @@ def check_int(name: str, value: Any, minimum: Optional[int] = None,
     if isinstance(value, float) and value.is_integer():
       value = int(value)
     else:
-      raise FedJaxDpError(f"{name} must be an integer, got {value!r}.")
+      raise _invalid(name, f"{name} must be an integer, got {value!r}.")
   v = int(value)
   if minimum is not None and v < minimum:
-    raise FedJaxDpError(f"{name} must be >= {minimum}, got {v}.")
+    raise _invalid(name, f"{name} must be >= {minimum}, got {v}.")
   if maximum is not None and v > maximum:
-    raise FedJaxDpError(f"{name} must be <= {maximum}, got {v}.")
+    raise _invalid(name, f"{name} must be <= {maximum}, got {v}.")
   return v
 
 
@@ -108,7 +122,7 @@ def check_choice(name: str, value: Any, allowed) -> Any:
   """``value`` must be one of ``allowed``."""
   allowed = list(allowed)
   if value not in allowed:
-    raise FedJaxDpError(
+    raise _invalid(name, 
         f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}.")
   return value
 
@@ -126,13 +140,13 @@ def check_weights(name: str, weights: Any, size: Optional[int] = None,
   """
   w = np.asarray(weights, dtype=np.float64)
   if w.ndim != 1:
-    raise FedJaxDpError(f"{name} must be a 1-D vector, got shape {w.shape}.")
+    raise _invalid(name, f"{name} must be a 1-D vector, got shape {w.shape}.")
   if size is not None and w.shape[0] != size:
-    raise FedJaxDpError(f"{name} must have length {size}, got {w.shape[0]}.")
+    raise _invalid(name, f"{name} must have length {size}, got {w.shape[0]}.")
   if not np.all(np.isfinite(w)):
-    raise FedJaxDpError(f"{name} must be finite; got non-finite entries.")
+    raise _invalid(name, f"{name} must be finite; got non-finite entries.")
   if np.any(w < 0):
-    raise FedJaxDpError(f"{name} must be non-negative; got min {w.min()!r}.")
+    raise _invalid(name, f"{name} must be non-negative; got min {w.min()!r}.")
   if sum_to_one and abs(w.sum() - 1.0) > atol:
-    raise FedJaxDpError(f"{name} must sum to 1, got sum {w.sum()!r}.")
+    raise _invalid(name, f"{name} must sum to 1, got sum {w.sum()!r}.")
   return w

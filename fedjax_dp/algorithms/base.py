@@ -43,6 +43,9 @@ class PrivacySpec:
       a `fedjax_dp.privacy.per_client.PerClientLedger` over ``num_clients``).
     num_clients: N (per-client accounting only).
     note: caveats stated in summaries (e.g. what amplification is not claimed).
+    clip_norm: the bound the code enforces on what is released (parameter units), or
+      None; ``clipped`` says what it bounds (each client's update, each example's
+      gradient, a client's parameters, ...). Reported in summary.json as used.
   """
   unit: str
   relation: str
@@ -56,6 +59,8 @@ class PrivacySpec:
   per_client: bool = False
   num_clients: Optional[int] = None
   note: str = ""
+  clip_norm: Optional[float] = None
+  clipped: str = ""
 
   def __post_init__(self):
     check_choice("unit", self.unit, ("user-level", "record-level"))
@@ -110,6 +115,7 @@ class Algorithm:
     privacy: a `PrivacySpec`, or None for a non-private algorithm.
     k_max: static padded cohort size.
     config: the resolved configuration (for summaries).
+    sampling_rate: the clients' sampling rate q (fixed-size cohorts: m / N).
   """
   name: str
   round_fn: Callable
@@ -118,6 +124,7 @@ class Algorithm:
   privacy: Optional[PrivacySpec]
   k_max: int
   config: Dict[str, Any]
+  sampling_rate: float
 
 
 def require_learning_rates(round_fn: Callable) -> Callable:

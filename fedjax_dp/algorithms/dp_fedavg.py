@@ -34,12 +34,17 @@ amplification by client sampling is conservatively NOT claimed.
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+import json
+import os
+from typing import Literal, Optional
 
 import numpy as np
 import optax
 
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
+from fedjax_dp.algorithms.interface import FederatedAlgorithm
+from fedjax_dp.algorithms.options import FederatedOptions
 from fedjax_dp.federated import aggregation, server, sharding
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified, make_round,
@@ -216,6 +221,7 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       truncation=_cohort_truncation(samp),
       event_scale=clip_norm / sensitivity.sum_sensitivity(clip_norm, relation),
       per_client=per_client, num_clients=data.num_clients if per_client else None,
+      clip_norm=clip_norm, clipped="each client's update (S)",
       note=("every client adds its own noise (local placement): accounted per client, "
             "under zero-out for Poisson cohorts, where a client's participation is "
             "visible (its noise comes with its update), so amplification by sampling is "
@@ -227,7 +233,7 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate),
-      privacy=privacy, k_max=samp.k_max,
+      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate,
       config=dict(clip_norm=clip_norm, noise_multiplier=(
                       noise_multiplier.tolist() if per_client else noise_multiplier),
                   noise_placement=noise_placement,
@@ -316,11 +322,12 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
           "record-level", "add_remove", "poisson", sampling_rate=q_r,
           steps=dp_cfg.num_steps,
           truncation=dp_cfg.truncation(data.max_examples, samp.k_max),
+          clip_norm=record_clip_norm, clipped="each example's gradient (C_r)",
           note=("each round composes the local DP-SGD steps of Poisson-sampled examples; "
                 "amplification by client sampling is not claimed (conservative). Steps "
                 "are divided by the public expected batch size and uploads averaged "
                 "uniformly, so no client's data size enters the release.")),
-      k_max=samp.k_max,
+      k_max=samp.k_max, sampling_rate=samp.sampling_rate,
       config=dict(record_clip_norm=record_clip_norm,
                   record_noise_multiplier=record_noise_multiplier,
                   record_sampling_rate=q_r, local_dp_steps=dp_cfg.num_steps,
@@ -331,3 +338,141 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
                   client_learning_rate=client_learning_rate,
                   server_optimizer=server_optimizer,
                   server_learning_rate=server_learning_rate, weighting=weighting))
+
+
+# --- plug-ins for `fedjax-dp run` (fedjax_dp.algorithms.interface) -------------------
+
+
+@dataclasses.dataclass
+class DpFedAvgOptions(FederatedOptions):
+  """User-level DP: each client's update clipped to S, Gaussian noise z S."""
+  clip_norm: float = 0.5
+  """S: L2 bound of each client's update (parameter units)"""
+  noise_multiplier: Optional[float] = None
+  """z: noise std = z * S (default 2.0; with --target-epsilon alone z is calibrated so
+  that --rounds rounds spend it)"""
+  noise_placement: Literal["central", "local"] = "central"
+  """central: one Gaussian draw on the aggregate; local: every sampled client noises its
+  own clipped update (accounted under zero-out for Poisson cohorts)"""
+  client_noise_multipliers: Optional[str] = None
+  """with --noise-placement local: a .npy, .json or text file with one noise multiplier
+  per client; every client is accounted with its own and summary.json reports the worst
+  client's epsilon"""
+
+
+def load_client_noise_multipliers(path: str, num_clients: int) -> np.ndarray:
+  """One noise multiplier per client from a ``.npy``, ``.json`` (a list) or text file
+  (numbers separated by white space or commas), float32 ``[num_clients]``.
+
+  Raises:
+    FedJaxDpError: an unreadable file, or not ``num_clients`` finite values >= 0.
+  """
+  path = os.path.expanduser(path)
+  try:
+    if path.endswith(".npy"):
+      z = np.load(path, allow_pickle=False)
+    elif path.endswith(".json"):
+      with open(path) as f:
+        z = np.asarray(json.load(f), np.float64)
+    else:
+      with open(path) as f:
+        z = np.asarray([float(v) for v in f.read().replace(",", " ").split()], np.float64)
+  except (OSError, ValueError, TypeError) as e:
+    raise FedJaxDpError(f"client_noise_multipliers {path!r} cannot be read as numbers: "
+                        f"{e}.", option="client_noise_multipliers") from e
+  z = np.asarray(z, np.float64).reshape(-1)
+  if z.shape != (num_clients,) or not np.all(np.isfinite(z)) or np.any(z < 0):
+    raise FedJaxDpError(f"client_noise_multipliers must hold {num_clients} finite values "
+                        f">= 0 (one per client), got {z.size} values in {path!r}.",
+                        option="client_noise_multipliers")
+  return z.astype(np.float32)
+
+
+class DpFedAvg(FederatedAlgorithm):
+  """User-level DP-FedAvg (McMahan et al. 2018): `dp_fedavg`."""
+  name = "dp_fedavg"
+  description = "user-level DP-FedAvg (McMahan et al. 2018)"
+  Options = DpFedAvgOptions
+  noise_multiplier_option = "noise_multiplier"
+  default_noise_multiplier = 2.0
+  function = staticmethod(dp_fedavg)
+  fedsgd = False
+
+  def validate(self, options, run) -> None:
+    options.validate_federated()
+    check_positive("clip_norm", options.clip_norm)
+    if options.noise_multiplier is not None:
+      check_non_negative("noise_multiplier", options.noise_multiplier)
+    path = options.client_noise_multipliers
+    if path is not None:
+      if options.noise_placement != "local":
+        raise FedJaxDpError("client_noise_multipliers needs noise_placement='local' "
+                            "(central noise is one draw for the whole cohort).",
+                            option="client_noise_multipliers")
+      if not os.path.isfile(os.path.expanduser(path)):
+        raise FedJaxDpError(f"client_noise_multipliers must be a file with one noise "
+                            f"multiplier per client, got {path!r} (not found).",
+                            option="client_noise_multipliers")
+
+  def build(self, setup) -> Algorithm:
+    o = setup.options
+    z = 1.0 if o.noise_multiplier is None else o.noise_multiplier  # set by the run
+    if o.client_noise_multipliers is not None:
+      z = load_client_noise_multipliers(o.client_noise_multipliers,
+                                        setup.data.num_clients)
+    return dp_fedavg(setup.model, setup.data, clip_norm=o.clip_norm, noise_multiplier=z,
+                     noise_placement=o.noise_placement, fedsgd=self.fedsgd,
+                     **o.federated_kwargs(setup))
+
+
+class DpFedSgd(DpFedAvg):
+  """User-level DP-FedSGD: one full-batch local gradient step (`dp_fedsgd`)."""
+  name = "dp_fedsgd"
+  description = "user-level DP-FedSGD: one full-batch gradient step per client"
+  function = staticmethod(dp_fedsgd)
+  fedsgd = True
+
+
+@dataclasses.dataclass
+class RecordLevelOptions(FederatedOptions):
+  """Record-level DP: local DP-SGD in every client (per-example clipping and noise)."""
+  record_clip_norm: float = 0.5
+  """C_r: L2 bound of each example's gradient"""
+  record_noise_multiplier: Optional[float] = None
+  """z_r: noise std z_r * C_r on each local step's gradient sum (default 2.0; with
+  --target-epsilon alone z_r is calibrated)"""
+  record_sampling_rate: Optional[float] = None
+  """Poisson rate of examples per local DP-SGD step (default batch size / mean client
+  size)"""
+
+
+class DpFedAvgRecordLevel(FederatedAlgorithm):
+  """Record-level DP-FedAvg: local DP-SGD (`dp_fedavg_record_level`)."""
+  name = "dp_fedavg_record_level"
+  description = "record-level DP: local DP-SGD in each client (Abadi et al. 2016)"
+  Options = RecordLevelOptions
+  noise_multiplier_option = "record_noise_multiplier"
+  default_noise_multiplier = 2.0
+  function = staticmethod(dp_fedavg_record_level)
+
+  def validate(self, options, run) -> None:
+    options.validate_federated()
+    check_positive("record_clip_norm", options.record_clip_norm)
+    if options.record_noise_multiplier is not None:
+      check_non_negative("record_noise_multiplier", options.record_noise_multiplier)
+    if options.record_sampling_rate is not None:
+      check_probability("record_sampling_rate", options.record_sampling_rate)
+
+  def build(self, setup) -> Algorithm:
+    o = setup.options
+    z = 1.0 if o.record_noise_multiplier is None else o.record_noise_multiplier
+    return dp_fedavg_record_level(
+        setup.model, setup.data, record_clip_norm=o.record_clip_norm,
+        record_noise_multiplier=z, record_sampling_rate=o.record_sampling_rate,
+        **o.federated_kwargs(setup))
+
+  def with_noise_multiplier(self, alg: Algorithm, z) -> Algorithm:
+    hp = alg.hparams
+    return dataclasses.replace(
+        alg, hparams=hp._replace(client=hp.client._replace(record_noise_multiplier=float(z))),
+        config={**alg.config, "record_noise_multiplier": float(z)})

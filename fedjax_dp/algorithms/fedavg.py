@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Optional
 
 from fedjax_dp.algorithms.base import Algorithm, require_learning_rates
+from fedjax_dp.algorithms.interface import FederatedAlgorithm
+from fedjax_dp.algorithms.options import FederatedOptions
 from fedjax_dp.algorithms.dp_fedavg import (_client_optimizer, _local_work, _sampler,
                                             _server_optimizer)
 from fedjax_dp.federated import server, sharding
@@ -52,7 +54,7 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
       hparams=RoundHParams(float("inf"), 0.0, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate), privacy=None,
-      k_max=samp.k_max,
+      k_max=samp.k_max, sampling_rate=samp.sampling_rate,
       config=dict(sampling_rate=samp.sampling_rate, sampler=samp.kind, k_max=samp.k_max,
                   expected_cohort_size=samp.expected_cohort_size,
                   local_epochs=local_epochs, local_steps=local_steps,
@@ -60,3 +62,17 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
                   client_learning_rate=client_learning_rate,
                   server_optimizer=server_optimizer,
                   server_learning_rate=server_learning_rate, weighting=weighting))
+
+
+class FedAvg(FederatedAlgorithm):
+  """Non-private FedAvg (`fedavg`): the baseline."""
+  name = "fedavg"
+  description = "non-private FedAvg (McMahan et al. 2017): the baseline"
+  Options = FederatedOptions
+  function = staticmethod(fedavg)
+
+  def validate(self, options, run) -> None:
+    options.validate_federated()
+
+  def build(self, setup) -> Algorithm:
+    return fedavg(setup.model, setup.data, **setup.options.federated_kwargs(setup))

@@ -164,7 +164,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     relation = round_relation(sampler, config)
     privacy = PrivacySpec(
         "record-level", relation, sampler.kind, sampling_rate=q,
-        population_size=u, cohort_size=k,
+        population_size=u, cohort_size=k, clip_norm=c,
+        clipped="each client's parameters after every local step (C)",
         note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
               f"guarantee uses the sensitivity the code enforces, Delta = "
               f"{sens.guarantee:.4g} ("
@@ -179,7 +180,7 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
       init=lambda key: sharding.replicate(
           server.init_server_state(model.init(key), server_opt), mesh),
       hparams=jax.tree_util.tree_map(lambda a: float(np.ravel(a)[0]), hp),
-      privacy=privacy, k_max=sampler.k_max, config=alg_config)
+      privacy=privacy, k_max=sampler.k_max, config=alg_config, sampling_rate=q)
 
 
 def schedule_hparams(stddevs: Sequence[float], sensitivity: float, sampling_rate: float,

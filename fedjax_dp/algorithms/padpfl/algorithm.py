@@ -164,7 +164,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   if private:
     privacy = PrivacySpec(
         "record-level", round_relation(sampler, config), sampler.kind, sampling_rate=1.0,
-        population_size=n, cohort_size=n,
+        population_size=n, cohort_size=n, clip_norm=b,
+        clipped="each client's final weights (B)",
         note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
               "every upload, server noise sigma_S (eq. 13); the ledger composes every "
               f"round's upload (all T uploads seen) with z = sigma_C / Delta, Delta = "
@@ -181,7 +182,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
       name="padpfl", round_fn=round_fn,
       init=lambda key: sharding.replicate(
           server.init_server_state(model.init(key), server_opt), mesh),
-      hparams=hp0, privacy=privacy, k_max=sampler.k_max, config=alg_config)
+      hparams=hp0, privacy=privacy, k_max=sampler.k_max, config=alg_config,
+      sampling_rate=1.0)
 
 
 def schedule_hparams(config: Dict[str, Any], start: int = 0,

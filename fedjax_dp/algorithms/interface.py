@@ -1,0 +1,281 @@
+"""The algorithm interface: everything `fedjax-dp run` needs from an algorithm.
+
+An algorithm plugs in by subclassing `FederatedAlgorithm` in its own module or package
+(``fedjax_dp/algorithms/<name>/`` when it has paper-only primitives) and adding one line
+to `fedjax_dp.algorithms.registry`. The run loop (`fedjax_dp.runs.loop`) and the command
+line never name an algorithm; for every run they
+
+  1. read the algorithm's typed options (`FederatedAlgorithm.Options`, a dataclass whose
+     fields, defaults and docstrings become ``fedjax-dp run``'s flags and config keys)
+     beside the run's own (`fedjax_dp.runs.config.RunConfig`);
+  2. load the dataset (`default_dataset` unless ``--dataset``) and let the algorithm
+     `prepare` it (a paper's engineered client heterogeneity, say);
+  3. build the model (`model_spec`) and the `fedjax_dp.algorithms.base.Algorithm`
+     (`build`): the compiled round, its initial state and hyper-parameters, and its
+     `fedjax_dp.algorithms.base.PrivacySpec` (what each round releases, under which
+     neighbouring relation and sampler);
+  4. set the noise multiplier where the algorithm takes one (`noise_multiplier_option`):
+     the option's value, or calibrated to ``--target-epsilon`` through the algorithm's
+     own `PrivacySpec` (`with_noise_multiplier` puts it in the hyper-parameters);
+  5. run the rounds in compiled blocks that the algorithm's host-side `Controller`
+     chooses (a constant schedule, a noise schedule, a schedule that reacts to the test
+     loss, a change of the clients' data), adding its per-round fields to
+     ``metrics.jsonl``;
+  6. write ``summary.json`` with the algorithm's `summary_fields` and print its
+     `describe` lines.
+
+Compared with FedJAX's ``FederatedAlgorithm(init, apply)`` the compiled part is the
+`Algorithm` bundle (``init``, ``round_fn``); what is added here is what a DP research run
+needs around it: typed options, the privacy statement, host-side control and reporting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from fedjax_dp.algorithms.base import Algorithm
+from fedjax_dp.federated.driver import constant_schedule
+from fedjax_dp.federated.round import RoundHParams
+from fedjax_dp.validation import check_choice
+
+
+def choices(options_cls: type, name: str) -> Tuple[Any, ...]:
+  """The allowed values of option ``name`` of an options dataclass: the arguments of its
+  ``Literal[...]`` type (the one place a choice list is written), or () if it has none.
+  """
+  hint = typing.get_type_hints(options_cls, include_extras=True)[name]
+  for t in _unwrap(hint):
+    if typing.get_origin(t) is typing.Literal:
+      return typing.get_args(t)
+  return ()
+
+
+def _unwrap(hint) -> List[Any]:
+  """``Annotated[Optional[Literal[...]], ...]`` -> its member types."""
+  if typing.get_origin(hint) is typing.Annotated:
+    hint = typing.get_args(hint)[0]
+  if typing.get_origin(hint) is typing.Union:
+    return [a for a in typing.get_args(hint) if a is not type(None)]
+  return [hint]
+
+
+def check_choices(options) -> None:
+  """Checks every ``Literal``-typed field of the dataclass instance ``options``.
+
+  Raises:
+    FedJaxDpError: naming the field, the value and the allowed values.
+  """
+  for f in dataclasses.fields(options):
+    allowed = choices(type(options), f.name)
+    value = getattr(options, f.name)
+    if allowed and not (value is None and _optional(type(options), f.name)):
+      check_choice(f.name, value, allowed)
+
+
+def _optional(options_cls: type, name: str) -> bool:
+  hint = typing.get_type_hints(options_cls, include_extras=True)[name]
+  if typing.get_origin(hint) is typing.Annotated:
+    hint = typing.get_args(hint)[0]
+  return type(None) in typing.get_args(hint)
+
+
+@dataclasses.dataclass
+class Block:
+  """Rounds to run through the compiled block function in one call.
+
+  Attributes:
+    hparams: `RoundHParams` whose leaves have a leading ``[rounds]`` axis (entry ``t``
+      is the ``t``-th round of the block).
+    rounds: how many rounds (>= 1).
+    block_size: rounds per compiled call (evaluation can only happen inside one).
+    eval_every: evaluate every this many rounds (counted from the block's start) and
+      after its last round.
+    population: a device `fedjax_dp.federated.PopulationData` for these rounds, or None
+      for the run's (a paper's data change mid-run uses it; same shapes, no recompile).
+  """
+  hparams: RoundHParams
+  rounds: int
+  block_size: int
+  eval_every: int
+  population: Any = None
+
+
+class Controller:
+  """Host-side control of a run: which rounds run next with which hyper-parameters.
+
+  The default runs every remaining round with the algorithm's constant hyper-parameters.
+  A subclass may follow a schedule, react to the records of the rounds run (e.g. the
+  test loss), add fields to every round's record, and must be restartable from the
+  records of a checkpoint (`restore`).
+  """
+
+  def __init__(self, alg: Algorithm, eval_every: int,
+               phases: Optional[Sequence[Tuple[int, Any]]] = None):
+    self.alg = alg
+    self.eval_every = eval_every
+    self.phases = list(phases) if phases else None
+
+  def next_block(self, done: int, planned: int) -> Optional[Block]:
+    """The next rounds to run after ``done`` of ``planned``, or None when training is
+    over (a subclass may stop before ``planned``). Default: the rest of the current
+    data phase (`Setup.phases`) with `schedule`'s hyper-parameters."""
+    if done >= planned:
+      return None
+    stop, population = planned, None
+    if self.phases:
+      k = max(i for i, (first, _) in enumerate(self.phases) if first - 1 <= done)
+      population = self.phases[k][1]
+      if k + 1 < len(self.phases):
+        stop = min(stop, self.phases[k + 1][0] - 1)
+    return Block(self.schedule(done, stop), stop - done, self.eval_every,
+                 self.eval_every, population)
+
+  def schedule(self, start: int, stop: int) -> RoundHParams:
+    """Hyper-parameters ``[stop - start]`` of rounds ``start .. stop - 1`` (0-based).
+    Default: the algorithm's constant ones."""
+    return constant_schedule(self.alg.hparams, stop - start)
+
+  def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
+    """Extra fields of one round's record (``record``: what the round reported, with
+    its 0-based ``round``, ``test_loss`` where evaluated); called once per round, in
+    order. Every field must be labelled in `fedjax_dp.privacy.disclosure`."""
+    return {}
+
+  def restore(self, records: Sequence[Dict[str, Any]]) -> None:
+    """Replays the records of a resumed run's rounds (``round_fields`` is not called
+    again for them), so the next decisions are the uninterrupted run's."""
+
+
+@dataclasses.dataclass
+class Prepared:
+  """What `FederatedAlgorithm.prepare` returns.
+
+  Attributes:
+    data: the `fedjax_dp.data.FederatedData` the run trains on.
+    phases: ``[(first_round, FederatedData), ...]``: the clients' data from aggregation
+      round ``first_round`` (1-based) on, when it changes during the run (same shapes
+      as ``data``); None when it does not.
+    extras: whatever else the algorithm's later hooks need (e.g. a scenario's client
+      parts), in `Setup.extras`.
+  """
+  data: Any
+  phases: Optional[List[Tuple[int, Any]]] = None
+  extras: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Setup:
+  """One run's inputs to an algorithm's hooks.
+
+  Attributes:
+    run: the run's `fedjax_dp.runs.config.RunConfig` (rounds, delta, seed, ...).
+    options: the algorithm's options (an instance of its ``Options``).
+    data: the `FederatedData` trained on (after `FederatedAlgorithm.prepare`).
+    model: the `fedjax_dp.models.Model`.
+    mesh: the client mesh, or None.
+    extras: `Prepared.extras`.
+    phases: ``[(first_round, device PopulationData), ...]`` when the clients' data
+      changes during the run (`Prepared.phases`, placed on the devices), else None.
+    model_name: the model's name (for summaries).
+  """
+  run: Any
+  options: Any
+  data: Any
+  model: Any
+  mesh: Any = None
+  extras: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  phases: Optional[List[Tuple[int, Any]]] = None
+  model_name: Optional[str] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+  """The model an algorithm trains when ``--model`` is not given: ``name`` None means
+  the dataset's default; ``kwargs`` go to `fedjax_dp.models.create_model` (MLP only)."""
+  name: Optional[str] = None
+  kwargs: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class FederatedAlgorithm:
+  """Base class of every algorithm `fedjax-dp run` can run (see the module docstring).
+
+  Class attributes a subclass sets:
+    name: the registry name (``--algorithm``).
+    description: one line for ``--help`` and the README.
+    Options: a dataclass of the algorithm's options, every field with a default and an
+      attribute docstring (the ``--help`` text). ``Literal[...]`` types state choices.
+      ``Options.EXCLUSIVE`` (a plain class attribute, optional) lists pairs of option
+      names of which at most one may be given: a flag typed replaces the other's value
+      read from a config file.
+    default_dataset: the dataset when ``--dataset`` is not given.
+    noise_multiplier_option: the option holding the noise multiplier z that the run
+      may calibrate to ``--target-epsilon`` (None: the algorithm sets its noise itself,
+      or adds none).
+    default_noise_multiplier: z when that option and ``--target-epsilon`` are not
+      given.
+    function: the plain functional builder (``fn(model, data, **kwargs) ->
+      Algorithm``) for researchers' own code.
+  """
+  name: ClassVar[str]
+  description: ClassVar[str] = ""
+  Options: ClassVar[type]
+  default_dataset: ClassVar[str] = "har"
+  noise_multiplier_option: ClassVar[Optional[str]] = None
+  default_noise_multiplier: ClassVar[Optional[float]] = None
+  function: ClassVar[Any] = None
+
+  def validate(self, options, run) -> None:
+    """Checks ``options`` (and their fit with the `RunConfig` ``run``) before any data
+    is loaded. The default checks every ``Literal`` choice.
+
+    Raises:
+      FedJaxDpError: naming the option (its ``option`` attribute set).
+    """
+    check_choices(options)
+
+  def prepare(self, options, run, data) -> Prepared:
+    """The data the run trains on, from the loaded dataset ``data`` (default: itself)."""
+    return Prepared(data)
+
+  def model_spec(self, options, run) -> ModelSpec:
+    """The default model (`ModelSpec`) when ``--model`` is not given."""
+    return ModelSpec()
+
+  def build(self, setup: Setup) -> Algorithm:
+    """The algorithm for ``setup``; with a ``noise_multiplier_option`` whose value is
+    None it is built with a placeholder and the run sets z by `with_noise_multiplier`.
+
+    Raises:
+      FedJaxDpError: invalid options, before anything is compiled.
+    """
+    raise NotImplementedError
+
+  def with_noise_multiplier(self, alg: Algorithm, z) -> Algorithm:
+    """``alg`` with the noise-multiplier hyper-parameter ``z`` (a float, calibrated or
+    resumed). Default: ``RoundHParams.noise_multiplier`` (user-level algorithms)."""
+    return dataclasses.replace(
+        alg, hparams=alg.hparams._replace(noise_multiplier=z),
+        config={**alg.config, "noise_multiplier": _plain(z)})
+
+  def controller(self, alg: Algorithm, setup: Setup, eval_every: int) -> Controller:
+    """The run's host-side `Controller` (default: constant hyper-parameters, over the
+    data phases if any)."""
+    return Controller(alg, eval_every, setup.phases)
+
+  def summary_fields(self, alg: Algorithm, setup: Setup, controller: Controller,
+                     records: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Fields the algorithm adds to summary.json, from the records of the rounds
+    run (every field of each record, 1-based ``round``)."""
+    return {}
+
+  def describe(self, summary: Dict[str, Any]) -> List[str]:
+    """Extra lines the command line prints under the result (from summary.json)."""
+    return []
+
+
+def _plain(z):
+  return np.asarray(z).tolist() if np.ndim(z) else float(z)
