@@ -114,7 +114,7 @@ def run(setup: Setup, seed: int, refinement: Optional[av.OnlineRefinement] = Non
     used = [float(s) for s in alg.config["stddevs"]]
     planned = [m] * m
   else:
-    state, recs = av.train(dataclasses.replace(alg, round_fn=round_fn), setup.pop, key,
+    state, recs = av.train_algorithm1(dataclasses.replace(alg, round_fn=round_fn), setup.pop, key,
                            evaluate=setup.evaluate, refinement=refinement)
     used = [r["noise_stddev"] for r in recs]
     planned = [r["planned_rounds"] for r in recs]

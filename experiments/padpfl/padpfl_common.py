@@ -213,7 +213,7 @@ def run(setup: Setup, scenario: int, seed: int, *, ratio: str, private: bool,
   key = jax.random.key(seed)
   init = setup.evaluate(alg.init(jax.random.fold_in(key, 1 << 20)).params)
   t0 = time.perf_counter()
-  state, recs = pad.train(alg, data_phases(sd, rounds), key, block_size=1, eval_every=1,
+  state, recs = pad.train_phases(alg, data_phases(sd, rounds), key, block_size=1, eval_every=1,
                           block_fn=block_fn, device_evaluator=setup.evaluator)
   wall = time.perf_counter() - t0
   loss = [init["loss"]] + [r["test_loss"] for r in recs]
@@ -425,7 +425,7 @@ def local_model_norms(setup: Setup, scenario: int = 1, seed: int = 0, rounds: in
                          jax.random.fold_in(key, t)))
     per_round.append(float(np.median(n)))
     all_norms.append(n.tolist())
-    state, _ = pad.train(alg, phases, key, state=state, start_round=t, stop_round=t + 1,
+    state, _ = pad.train_phases(alg, phases, key, state=state, start_round=t, stop_round=t + 1,
                          block_size=1, block_fn=block_fn, device_evaluator=setup.evaluator,
                          eval_every=1)
   med = float(np.median(np.concatenate([np.asarray(a) for a in all_norms])))
@@ -467,7 +467,7 @@ def per_example_grad_norms(setup: Setup, scenario: int = 1, seed: int = 0,
     n = np.concatenate([np.asarray(norms(state.params, pop.x[i], pop.y[i], pop.counts[i]))
                         for i in range(pop.x.shape[0])])
     per_round.append(n[np.isfinite(n)])
-    state, _ = pad.train(alg, phases, key, state=state, start_round=t, stop_round=t + 1,
+    state, _ = pad.train_phases(alg, phases, key, state=state, start_round=t, stop_round=t + 1,
                          block_size=1, block_fn=block_fn, device_evaluator=setup.evaluator,
                          eval_every=1)
   every = np.concatenate(per_round)

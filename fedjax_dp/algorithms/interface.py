@@ -219,6 +219,11 @@ class FederatedAlgorithm:
       given.
     function: the plain functional builder (``fn(model, data, **kwargs) ->
       Algorithm``) for researchers' own code.
+    metric_labels: ``{field: (kind, why)}``: the disclosure label
+      (`fedjax_dp.privacy.disclosure`: ``"public"``, ``"dp"`` or ``"diagnostic"``) of
+      every field the algorithm's controller adds to metrics.jsonl.
+    from_test_metrics: those of its fields computed from the test metrics (they are
+      diagnostics when the test set is the clients' own data).
   """
   name: ClassVar[str]
   description: ClassVar[str] = ""
@@ -227,6 +232,8 @@ class FederatedAlgorithm:
   noise_multiplier_option: ClassVar[Optional[str]] = None
   default_noise_multiplier: ClassVar[Optional[float]] = None
   function: ClassVar[Any] = None
+  metric_labels: ClassVar[Dict[str, Tuple[str, str]]] = {}
+  from_test_metrics: ClassVar[Tuple[str, ...]] = ()
 
   def validate(self, options, run) -> None:
     """Checks ``options`` (and their fit with the `RunConfig` ``run``) before any data

@@ -25,7 +25,7 @@ PUBLIC, DP, DIAGNOSTIC = "public", "dp", "diagnostic"
 KINDS = (PUBLIC, DP, DIAGNOSTIC)
 
 _RAW = "computed from the clients' raw data; not covered by epsilon"
-_ACCOUNTING = "accounting parameter: no client data"
+ACCOUNTING = "accounting parameter: no client data"
 
 #: field -> (kind, why). Test metrics are relabelled by `labels_for_run` when the test
 #: set holds the clients' own data.
@@ -44,40 +44,33 @@ LABELS: Dict[str, Tuple[str, str]] = {
     "batch_truncated": (DIAGNOSTIC, _RAW),
     "aggregate_norm": (DP, "norm of the noisy aggregate update: post-processing of the "
                        "release"),
-    "noise_multiplier": (PUBLIC, _ACCOUNTING),
-    "noise_stddev": (PUBLIC, _ACCOUNTING),
-    "server_noise_stddev": (PUBLIC, _ACCOUNTING),
-    "sensitivity": (PUBLIC, _ACCOUNTING),
-    "sampling_rate": (PUBLIC, _ACCOUNTING),
-    "dp_steps": (PUBLIC, _ACCOUNTING),
-    "epsilon": (PUBLIC, _ACCOUNTING),
-    "delta": (PUBLIC, _ACCOUNTING),
-    "sampler": (PUBLIC, _ACCOUNTING),
-    "neighboring_relation": (PUBLIC, _ACCOUNTING),
-    "privacy_unit": (PUBLIC, _ACCOUNTING),
-    "population_size": (PUBLIC, _ACCOUNTING),
-    "cohort_size": (PUBLIC, _ACCOUNTING),
-    "truncation_population_size": (PUBLIC, _ACCOUNTING),
-    "truncation_cap": (PUBLIC, _ACCOUNTING),
-    "truncation_draws_per_step": (PUBLIC, _ACCOUNTING),
-    "noise_multiplier_conditional": (PUBLIC, _ACCOUNTING),
-    "noise_multiplier_downlink": (PUBLIC, _ACCOUNTING),
-    "noise_multiplier_downlink_conditional": (PUBLIC, _ACCOUNTING),
-    "epsilon_paper": (PUBLIC, _ACCOUNTING),
-    "sigma_c": (PUBLIC, _ACCOUNTING),
-    "sigma_s": (PUBLIC, _ACCOUNTING),
-    "sigma_a": (PUBLIC, _ACCOUNTING),
+    "noise_multiplier": (PUBLIC, ACCOUNTING),
+    "noise_stddev": (PUBLIC, ACCOUNTING),
+    "server_noise_stddev": (PUBLIC, ACCOUNTING),
+    "sensitivity": (PUBLIC, ACCOUNTING),
+    "sampling_rate": (PUBLIC, ACCOUNTING),
+    "dp_steps": (PUBLIC, ACCOUNTING),
+    "epsilon": (PUBLIC, ACCOUNTING),
+    "delta": (PUBLIC, ACCOUNTING),
+    "sampler": (PUBLIC, ACCOUNTING),
+    "neighboring_relation": (PUBLIC, ACCOUNTING),
+    "privacy_unit": (PUBLIC, ACCOUNTING),
+    "population_size": (PUBLIC, ACCOUNTING),
+    "cohort_size": (PUBLIC, ACCOUNTING),
+    "truncation_population_size": (PUBLIC, ACCOUNTING),
+    "truncation_cap": (PUBLIC, ACCOUNTING),
+    "truncation_draws_per_step": (PUBLIC, ACCOUNTING),
+    "noise_multiplier_conditional": (PUBLIC, ACCOUNTING),
+    "epsilon_paper": (PUBLIC, ACCOUNTING),
     "test_loss": (DP, "the DP model evaluated on a central test set outside the clients' "
                   "data"),
     "test_accuracy": (DP, "the DP model evaluated on a central test set outside the "
                       "clients' data"),
-    "planned_rounds": (DP, "paper 004's horizon, decided from the test loss (see "
-                       "test_loss)"),
     "wall_time_s": (DIAGNOSTIC, "timing; may depend on the data (e.g. non-finite "
                     "updates take another path)"),
 }
 
-_TEST_FIELDS = ("test_loss", "test_accuracy", "planned_rounds")
+_TEST_FIELDS = ("test_loss", "test_accuracy")
 
 
 def label(field: str, labels: Mapping[str, Tuple[str, str]] = LABELS) -> Tuple[str, str]:
@@ -93,13 +86,27 @@ def label(field: str, labels: Mapping[str, Tuple[str, str]] = LABELS) -> Tuple[s
   return labels[field]
 
 
-def labels_for_run(test_set_is_client_data: bool) -> Dict[str, Tuple[str, str]]:
-  """`LABELS`, with the test metrics marked diagnostic when the test set holds the
-  clients' own data (e.g. HAR's per-client held-out windows, or the training data
-  itself): a user's test examples are theirs, so evaluating on them is not covered."""
+def labels_for_run(test_set_is_client_data: bool,
+                   extra: Mapping[str, Tuple[str, str]] = (),
+                   from_test_metrics: Iterable[str] = ()) -> Dict[str, Tuple[str, str]]:
+  """`LABELS` plus an algorithm's own fields ``extra`` (its
+  `fedjax_dp.algorithms.interface.FederatedAlgorithm.metric_labels`), with the test
+  metrics (and the fields ``from_test_metrics`` computed from them) marked diagnostic
+  when the test set holds the clients' own data (e.g. HAR's per-client held-out
+  windows, or the training data itself): a user's test examples are theirs, so
+  evaluating on them is not covered.
+
+  Raises:
+    FedJaxDpError: an ``extra`` label of an unknown kind.
+  """
   out = dict(LABELS)
+  for field, (kind, why) in dict(extra).items():
+    if kind not in KINDS:
+      raise FedJaxDpError(f"the disclosure label of {field!r} must be one of {KINDS}, got "
+                          f"{kind!r}.")
+    out[field] = (kind, why)
   if test_set_is_client_data:
-    for f in _TEST_FIELDS:
+    for f in (*_TEST_FIELDS, *from_test_metrics):
       out[f] = (DIAGNOSTIC, "evaluated on the clients' own (held-out) data; not covered "
                 "by epsilon")
   return out

@@ -4,7 +4,7 @@ Learning", with the primitives only this paper uses.
 
 Modules:
 
-* `algorithm`: Algorithm 1 (`amplitude_varying`, `train`, `OnlineRefinement`,
+* `algorithm`: Algorithm 1 (`amplitude_varying`, `train_algorithm1`, `OnlineRefinement`,
   `NoiseController`, the per-round hyperparameters).
 * `schedules`: per-round noise schedules and the paper's calibration and epsilon.
 """
@@ -13,7 +13,7 @@ from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.algorithms.amplitude_varying.algorithm import (MECHANISMS, NoiseController,
                                                               OnlineRefinement,
                                                               amplitude_varying, hparams_for,
-                                                              schedule_hparams, train)
+                                                              schedule_hparams, train_algorithm1)
 
-__all__ = ["amplitude_varying", "train", "OnlineRefinement", "NoiseController",
+__all__ = ["amplitude_varying", "train_algorithm1", "OnlineRefinement", "NoiseController",
            "schedule_hparams", "hparams_for", "MECHANISMS", "schedules"]

@@ -17,7 +17,8 @@ The compiled round reads sigma_m from the schedule array, so sweeping vartheta, 
 epsilon never recompiles (`fedjax_dp.algorithms.amplitude_varying.schedules` computes
 the schedules).
 Online refinement (Theorem 2, eq. 9) is `OnlineRefinement`, a host-side controller fed
-the test loss after each round; `train` runs either.
+the test loss after each round; `train_algorithm1` runs either in a plain loop (`fedjax-dp run` uses the plug-in in
+`plugin`).
 
 Privacy statement: record-level (one example of one client's local dataset),
 replace-one. The example's client is in the cohort with probability K/U, drawn without
@@ -304,7 +305,7 @@ class NoiseController:
                                    c["delta"])
 
 
-def train(alg: Algorithm, population, root_key: jax.Array, *,
+def train_algorithm1(alg: Algorithm, population, root_key: jax.Array, *,
           evaluate: Callable[[Any], Dict[str, float]],
           refinement: Optional[OnlineRefinement] = None,
           on_round: Optional[Callable[[Dict[str, Any]], None]] = None):

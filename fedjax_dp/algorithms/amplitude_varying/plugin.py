@@ -16,7 +16,7 @@ from fedjax_dp.algorithms.amplitude_varying.algorithm import (
 from fedjax_dp.algorithms.interface import (Block, Controller, FederatedAlgorithm,
                                             ModelSpec, check_choices)
 from fedjax_dp.algorithms.sensitivity_modes import SensitivityOptions, conditional_epsilon
-from fedjax_dp.privacy import accountants
+from fedjax_dp.privacy import accountants, disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int, check_positive)
 
 
@@ -91,6 +91,9 @@ class AmplitudeVarying(FederatedAlgorithm):
   Options = AmplitudeVaryingOptions
   default_dataset = "fashion_mnist"
   function = staticmethod(amplitude_varying)
+  metric_labels = {"planned_rounds": (disclosure.DP, "the horizon M of the noise schedule, "
+                                      "decided from the test loss (see test_loss)")}
+  from_test_metrics = ("planned_rounds",)
 
   def validate(self, options, run) -> None:
     check_choices(options)

@@ -4,7 +4,7 @@ primitives only this paper uses.
 
 Modules:
 
-* `algorithm`: the algorithm (`padpfl`, `train`, its per-round hyperparameters and the
+* `algorithm`: the algorithm (`padpfl`, `train_phases`, its per-round hyperparameters and the
   paper's epsilons), re-exported here.
 * `nbafl`: NbAFL-style classical-Gaussian noise calibration (client and server noise).
 * `impact_factors`: the aggregation weights p (ratios such as ``0-1-2``, schedules).
@@ -16,7 +16,7 @@ Modules:
 from fedjax_dp.algorithms.padpfl import impact_factors, nbafl
 from fedjax_dp.algorithms.padpfl.algorithm import (downlink_noise_multiplier,
                                                    nominal_and_accountant_epsilons, padpfl,
-                                                   schedule_hparams, train)
+                                                   schedule_hparams, train_phases)
 
-__all__ = ["padpfl", "schedule_hparams", "train", "downlink_noise_multiplier",
+__all__ = ["padpfl", "schedule_hparams", "train_phases", "downlink_noise_multiplier",
            "nominal_and_accountant_epsilons", "impact_factors", "nbafl"]

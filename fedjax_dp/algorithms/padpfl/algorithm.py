@@ -216,7 +216,7 @@ def schedule_hparams(config: Dict[str, Any], start: int = 0,
       noise_stddev=sigma_c, sensitivity=full(config["sensitivity"]))
 
 
-def train(alg: Algorithm, phases: Sequence[Tuple[int, Any]], root_key: jax.Array, *,
+def train_phases(alg: Algorithm, phases: Sequence[Tuple[int, Any]], root_key: jax.Array, *,
           state=None, start_round: int = 0, stop_round: Optional[int] = None,
           **run_kwargs) -> Tuple[Any, List[Dict[str, Any]]]:
   """Runs PADPFL over data phases (scenario 4 changes the clients' data at t = 11).

@@ -17,6 +17,7 @@ from fedjax_dp.algorithms.padpfl.algorithm import (downlink_noise_multiplier,
                                                    nominal_and_accountant_epsilons, padpfl,
                                                    schedule_hparams)
 from fedjax_dp.algorithms.sensitivity_modes import SensitivityOptions, conditional_epsilon
+from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
                                   check_non_negative, check_positive)
@@ -77,6 +78,9 @@ class Padpfl(FederatedAlgorithm):
   Options = PadpflOptions
   default_dataset = "mnist"
   function = staticmethod(padpfl)
+  metric_labels = {f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
+      "sigma_c", "sigma_s", "sigma_a", "noise_multiplier_downlink",
+      "noise_multiplier_downlink_conditional")}
 
   def validate(self, options, run) -> None:
     check_choices(options)

@@ -140,7 +140,7 @@ def test_schedule_sweeps_do_not_recompile(env):
 def test_train_records_schedule_and_both_epsilons(env):
   fd, model, pop, evaluate = env
   alg = _alg(env)
-  _, recs = av.train(alg, pop, jax.random.key(0), evaluate=evaluate)
+  _, recs = av.train_algorithm1(alg, pop, jax.random.key(0), evaluate=evaluate)
   assert [r["round"] for r in recs] == list(range(6))
   np.testing.assert_allclose([r["noise_stddev"] for r in recs], alg.config["stddevs"])
   # The guarantee's z uses 2C (what the code enforces); the conditional one Delta_s.
@@ -150,7 +150,7 @@ def test_train_records_schedule_and_both_epsilons(env):
                              np.asarray(alg.config["stddevs"]) / 0.2, rtol=1e-6)
   assert recs[-1]["epsilon_paper"] == pytest.approx(10.0)  # eq. (8) spends the budget
   # deterministic under a fixed key
-  _, again = av.train(alg, pop, jax.random.key(0), evaluate=evaluate)
+  _, again = av.train_algorithm1(alg, pop, jax.random.key(0), evaluate=evaluate)
   assert [r["test_loss"] for r in again] == [r["test_loss"] for r in recs]
 
 
@@ -159,7 +159,7 @@ def test_refinement_shrinks_the_horizon(env, mode):
   fd, model, pop, _ = env
   alg = _alg(env, rounds=12, vartheta=1.05)
   losses = iter([1.0, 0.9, 0.95, 0.8, 0.7, 0.75] + [0.6] * 20)  # rises at rounds 3 and 6
-  _, recs = av.train(alg, pop, jax.random.key(0),
+  _, recs = av.train_algorithm1(alg, pop, jax.random.key(0),
                      evaluate=lambda p: {"loss": next(losses), "accuracy": 0.0},
                      refinement=av.OnlineRefinement(0.8, mode))
   planned = [r["planned_rounds"] for r in recs]

@@ -183,11 +183,11 @@ def test_non_private_learns_and_private_metrics_report_the_noise(env):
   key = jax.random.key(0)
   loss0 = float(jax.jit(ev.fn)(alg.init(jax.random.fold_in(key, 1 << 20)).params,
                                ev.data)[0])
-  _, recs = pad.train(alg, [(1, pop)], key, device_evaluator=ev, eval_every=6,
+  _, recs = pad.train_phases(alg, [(1, pop)], key, device_evaluator=ev, eval_every=6,
                       block_size=6)
   assert recs[-1]["test_loss"] < loss0 - 0.05
   palg = _alg(env, rounds=3)
-  _, precs = pad.train(palg, [(1, pop)], key, block_size=3)
+  _, precs = pad.train_phases(palg, [(1, pop)], key, block_size=3)
   np.testing.assert_allclose([r["noise_stddev"] for r in precs], palg.config["sigma_c"],
                              rtol=1e-5)
   np.testing.assert_allclose([r["server_noise_stddev"] for r in precs],
@@ -200,13 +200,13 @@ def test_phases_switch_data_and_cohort_padding_does_not_change_results(env):
   pop2 = pop._replace(x=pop.x[::-1])
   alg = _alg(env, rounds=3, private=False)
   key = jax.random.key(1)
-  s1, r1 = pad.train(alg, [(1, pop)], key, block_size=1)
-  s2, r2 = pad.train(alg, [(1, pop), (3, pop2)], key, block_size=1)
+  s1, r1 = pad.train_phases(alg, [(1, pop)], key, block_size=1)
+  s2, r2 = pad.train_phases(alg, [(1, pop), (3, pop2)], key, block_size=1)
   assert r1[1]["train_loss"] == r2[1]["train_loss"]
   assert r1[2]["train_loss"] != r2[2]["train_loss"]
   # chunk_size 4 pads the 6-client cohort to 8 slots: same model.
   padded = _alg(env, rounds=3, private=False, chunk_size=4)
-  s3, _ = pad.train(padded, [(1, pop)], key, block_size=3)
+  s3, _ = pad.train_phases(padded, [(1, pop)], key, block_size=3)
   for a, b in zip(jax.tree_util.tree_leaves(s1.params), jax.tree_util.tree_leaves(s3.params)):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
@@ -223,7 +223,7 @@ def test_bad_arguments_are_named(env):
   with pytest.raises(FedJaxDpError, match="prox_mu"):
     _alg(env, prox_mu=-1.0)
   with pytest.raises(FedJaxDpError, match="phases"):
-    pad.train(_alg(env), [(2, env[2])], jax.random.key(0))
+    pad.train_phases(_alg(env), [(2, env[2])], jax.random.key(0))
 
 
 def test_accountant_epsilons_beside_the_papers(env):
@@ -246,9 +246,9 @@ def test_a_run_continued_from_its_state_equals_the_whole_run(env):
   part = np.array([0, 0, 1, 1, 2, 2])
   alg = _alg(env, impact_factors=imp.switch_schedule(part, "0-1-2", "2-1-0", 2, 4))
   key = jax.random.key(4)
-  whole, _ = pad.train(alg, [(1, pop)], key, block_size=2)
-  half, _ = pad.train(alg, [(1, pop)], key, block_size=2, stop_round=2)
-  rest, recs = pad.train(alg, [(1, pop)], key, block_size=2, state=half, start_round=2)
+  whole, _ = pad.train_phases(alg, [(1, pop)], key, block_size=2)
+  half, _ = pad.train_phases(alg, [(1, pop)], key, block_size=2, stop_round=2)
+  rest, recs = pad.train_phases(alg, [(1, pop)], key, block_size=2, state=half, start_round=2)
   assert [r["round"] for r in recs] == [2, 3]
   for a, b in zip(jax.tree_util.tree_leaves(whole.params), jax.tree_util.tree_leaves(rest.params)):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
