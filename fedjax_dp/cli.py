@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import math
 import re
@@ -93,6 +94,24 @@ def _condense(text: str) -> str:
   return msg + (f" (did you mean {suggestion}?)" if suggestion else "")
 
 
+def _elsewhere(argv: List[str], flags: Dict[str, List[str]], algorithm: str) -> str:
+  """For flags typed that ``algorithm`` does not have: which algorithms do."""
+  from fedjax_dp.algorithms import registry
+  known = {f for fl in flags.values() for f in fl}
+  notes = []
+  for tok in argv:
+    flag = tok.split("=", 1)[0]
+    if not flag.startswith("--") or flag in known:
+      continue
+    owners = [a.name for a in registry.REGISTRY.values()
+              if any(flag in fl for fl in _flags(a.Options).values())]
+    if owners:
+      notes.append(f"{flag} is an option of {', '.join(owners)}, not of {algorithm}")
+  if not notes:
+    return ""
+  return f"; {'; '.join(notes)} (fedjax-dp run --algorithm {algorithm} --help lists its)"
+
+
 class _CommandLineError(Exception):
   """A command line tyro refused (the message is one line)."""
 
@@ -121,9 +140,12 @@ def parse_run_args(argv: List[str]):
   config_path = _flag_value(argv, "--config")
   if config_path:
     table = load_config_file(config_path)
-  algorithm = _flag_value(argv, "--algorithm") or table.get("algorithm", "dp_fedavg")
-  if algorithm not in registry.REGISTRY:  # tyro refuses it with the choices
-    algorithm = "dp_fedavg"
+  algorithm = _flag_value(argv, "--algorithm") or table.get("algorithm", registry.DEFAULT)
+  if algorithm not in registry.REGISTRY:
+    close = difflib.get_close_matches(str(algorithm), registry.names(), n=1)
+    raise _CommandLineError(
+        f"argument --algorithm: invalid choice {algorithm!r}; expected one of "
+        f"{', '.join(registry.names())}" + (f" (did you mean {close[0]}?)" if close else ""))
   plugin = registry.get(algorithm)
   flags = {**_flags(RunConfig), **_flags(plugin.Options), **_flags(CommandLineOptions)}
   typed = _typed(argv, flags)
@@ -145,12 +167,15 @@ def parse_run_args(argv: List[str]):
     with contextlib.redirect_stderr(err):
       parsed = tyro.cli(Options, args=argv, prog="fedjax-dp run",
                         description=_RUN_DESCRIPTION.format(
-                            name=plugin.name, description=plugin.description),
+                            name=plugin.name, description=plugin.description,
+                            algorithms="; ".join(f"{a.name}: {a.description}"
+                                                 for a in registry.REGISTRY.values())),
                         default=Options(base, base.options, CommandLineOptions()))
   except SystemExit as e:
     if e.code in (0, None):
       raise
-    raise _CommandLineError(_condense(err.getvalue())) from None
+    raise _CommandLineError(_condense(err.getvalue()) + _elsewhere(argv, flags, plugin.name)
+                            ) from None
   cfg = dataclasses.replace(parsed.run, options=parsed.algorithm_options)
   if cfg.resume and "rounds" in typed:
     cfg = dataclasses.replace(cfg, resume_rounds=cfg.rounds)  # continue to N in all
@@ -160,8 +185,8 @@ def parse_run_args(argv: List[str]):
 _RUN_DESCRIPTION = (
     "Train a federated model with differential privacy and report test accuracy and "
     "the (epsilon, delta) spent. Default: user-level DP-FedAvg on HAR (UCI HAPT, 30 "
-    "natural clients). The options of the algorithm {name} ({description}) are listed "
-    "last; `fedjax-dp run --algorithm NAME --help` lists another algorithm's.")
+    "natural clients). Algorithms: {algorithms}. The options of {name} ({description}) "
+    "are listed last; `fedjax-dp run --algorithm NAME --help` lists another's.")
 
 
 def _eps(value: float) -> str:
@@ -336,7 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
   au.add_argument("--algorithm", default="all", choices=["all"] + sorted(ALGORITHMS),
                   help="the algorithm whose mechanisms to audit")
   au.add_argument("--target", default=None,
-                  help="one target, e.g. dp_fedavg/fixed_size (see --list)")
+                  help="one target: ALGORITHM/SAMPLER (see --list)")
   au.add_argument("--break", dest="break_mechanism", default="none",
                   help="a deliberate bug to re-introduce (see --list), or 'all' for every "
                        "break of each target")

@@ -13,7 +13,7 @@ from fedjax_dp.algorithms.dp_fedavg import DpFedAvg, DpFedAvgRecordLevel, DpFedS
 from fedjax_dp.algorithms.fedavg import FedAvg
 from fedjax_dp.algorithms.interface import FederatedAlgorithm
 from fedjax_dp.algorithms.padpfl.plugin import Padpfl
-from fedjax_dp.validation import check_choice
+from fedjax_dp.validation import FedJaxDpError, check_choice
 
 REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in (
     DpFedAvg(),
@@ -23,7 +23,13 @@ REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in (
     AmplitudeVarying(),
     Padpfl(),
 )}
-NAMES = tuple(REGISTRY)
+#: The algorithm of ``fedjax-dp run`` without ``--algorithm`` (the README's main job).
+DEFAULT = "dp_fedavg"
+
+
+def names() -> tuple:
+  """The registered names, in registration order."""
+  return tuple(REGISTRY)
 
 
 def get(name: str) -> FederatedAlgorithm:
@@ -32,5 +38,23 @@ def get(name: str) -> FederatedAlgorithm:
   Raises:
     FedJaxDpError: an unknown name (listing the known ones).
   """
-  check_choice("algorithm", name, NAMES)
+  check_choice("algorithm", name, names())
   return REGISTRY[name]
+
+
+def register(algorithm: FederatedAlgorithm) -> FederatedAlgorithm:
+  """Adds ``algorithm`` (an instance) under its ``name``, e.g. a researcher's own
+  algorithm outside this package; ``fedjax-dp run --algorithm NAME`` and
+  `fedjax_dp.runs.run` then run it like the built-in ones.
+
+  Raises:
+    FedJaxDpError: not a `FederatedAlgorithm`, or a name already taken.
+  """
+  if not isinstance(algorithm, FederatedAlgorithm):
+    raise FedJaxDpError(f"algorithm must be a FederatedAlgorithm instance, got "
+                        f"{type(algorithm).__name__}.", option="algorithm")
+  if algorithm.name in REGISTRY:
+    raise FedJaxDpError(f"algorithm {algorithm.name!r} is already registered.",
+                        option="algorithm")
+  REGISTRY[algorithm.name] = algorithm
+  return algorithm

@@ -7,6 +7,8 @@ Modules:
 * `algorithm`: Algorithm 1 (`amplitude_varying`, `train_algorithm1`, `OnlineRefinement`,
   `NoiseController`, the per-round hyperparameters).
 * `schedules`: per-round noise schedules and the paper's calibration and epsilon.
+* `plugin`: how it runs in ``fedjax-dp run`` (`AmplitudeVaryingOptions`, the noise
+  controller with online refinement, the paper's epsilon in summary.json).
 """
 
 from fedjax_dp.algorithms.amplitude_varying import schedules

@@ -11,6 +11,8 @@ Modules:
 * `scenarios`: the engineered client heterogeneity of the paper's Table I (not imported
   here, so that importing the algorithm does not load `fedjax_dp.data`:
   ``from fedjax_dp.algorithms.padpfl import scenarios``).
+* `plugin`: how it runs in ``fedjax-dp run`` (`PadpflOptions`, the scenario's data
+  phases, the paper's epsilons in summary.json).
 """
 
 from fedjax_dp.algorithms.padpfl import impact_factors, nbafl
