@@ -28,14 +28,14 @@ import sys
 import time
 
 from fedjax_dp.data import load_dataset
-from fedjax_dp.runner import RunConfig, json_safe, run
+from fedjax_dp.runs import RunConfig, json_safe, run
 
 NOISE_MULTIPLIERS = (0.0, 1.0, 2.0, 3.0)
 
 
 def settings(rounds: int):
-  """(label, RunConfig kwargs) for each row of the table."""
-  rows = [("FedAvg (non-private)", dict(algorithm="fedavg", noise_multiplier=None))]
+  """(label, RunConfig.from_dict table) for each row of the table."""
+  rows = [("FedAvg (non-private)", dict(algorithm="fedavg"))]  # no noise multiplier
   for z in NOISE_MULTIPLIERS:
     label = "DP-FedAvg, clip only (z = 0)" if z == 0 else f"DP-FedAvg, z = {z:g}"
     rows.append((label, dict(algorithm="dp_fedavg", noise_multiplier=z)))
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
   for label, kw in settings(rounds):
     for seed in seeds:
       t0 = time.perf_counter()
-      res = run(RunConfig(seed=seed, out=None, **kw), progress=False, data=data)
+      res = run(RunConfig.from_dict(dict(kw, seed=seed, out=None)), progress=False,
+                data=data)
       s = res.summary
       results.append(dict(label=label, seed=seed, noise_multiplier=s["noise_multiplier"],
                           final_test_accuracy=s["final_test_accuracy"],

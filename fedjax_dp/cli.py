@@ -15,6 +15,7 @@ import math
 import re
 import signal
 import sys
+import warnings
 from typing import Dict, List, Optional
 
 from fedjax_dp.validation import FedJaxDpError
@@ -164,7 +165,10 @@ def parse_run_args(argv: List[str]):
   ])
   err = io.StringIO()
   try:
-    with contextlib.redirect_stderr(err):
+    # tyro warns when a config file's value is not one of a Literal's choices; the
+    # validation that follows refuses it with the option named, so the warning is noise.
+    with contextlib.redirect_stderr(err), warnings.catch_warnings():
+      warnings.simplefilter("ignore", UserWarning)
       parsed = tyro.cli(Options, args=argv, prog="fedjax-dp run",
                         description=_RUN_DESCRIPTION.format(
                             name=plugin.name, description=plugin.description,

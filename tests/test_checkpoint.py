@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.checkpoint import RunCheckpointer
-from fedjax_dp.runner import RunConfig, run
+from fedjax_dp.runs import RunConfig, run
 from fedjax_dp.validation import FedJaxDpError
 from run_outputs import read_metrics as _metrics
 
@@ -25,13 +25,9 @@ def _final_params(out, rounds):
   ckpt = RunCheckpointer(os.path.join(out, "checkpoints"))
   assert ckpt.latest() == rounds
   meta = ckpt.restore_meta()
-  cfg = RunConfig(**{**meta["config"], "out": None})
-  from fedjax_dp.data import load_dataset
-  from fedjax_dp.models import create_model
-  from fedjax_dp.runner import build_algorithm
-  data = load_dataset(cfg.dataset, num_clients=cfg.num_clients, seed=cfg.seed)
-  model = create_model(cfg.model, data.feature_shape, data.num_classes)
-  alg = build_algorithm(cfg, model, data, cfg.noise_multiplier)
+  cfg = RunConfig.from_dict({**meta["config"], "out": None})
+  from fedjax_dp.runs.loop import build, make_setup, with_default_noise_multiplier
+  alg, _ = build(make_setup(with_default_noise_multiplier(cfg)))
   state, _ = ckpt.restore(alg.init(jax.random.key(0)))
   return state
 

@@ -1,4 +1,5 @@
-"""The command line and the runner: outputs on disk, privacy bookkeeping, bad input."""
+"""The command line and the run loop (fedjax_dp.runs): outputs on disk, privacy
+bookkeeping, bad input."""
 
 import json
 import math
@@ -12,7 +13,7 @@ import pytest
 
 from fedjax_dp import cli
 from fedjax_dp.data.sources import fashion_mnist, har
-from fedjax_dp.runner import RunConfig, run
+from fedjax_dp.runs import RunConfig, run
 
 SYNTH = ["--dataset", "synthetic", "--num-clients", "20", "--model", "linear",
          "--batch-size", "8", "--eval-every", "3", "--no-progress"]
@@ -74,9 +75,10 @@ def test_cli_run_writes_metrics_summary_and_curves(tmp_path, capsys):
 
 
 def test_target_epsilon_is_met_and_nearly_spent(tmp_path):
-  res = run(RunConfig(dataset="synthetic", num_clients=20, model="linear", rounds=6,
-                      sampling_rate=0.25, noise_multiplier=None, target_epsilon=3.0,
-                      delta=1e-5, eval_every=6, out=None), progress=False)
+  res = run(RunConfig.from_dict(dict(
+      dataset="synthetic", num_clients=20, model="linear", rounds=6, sampling_rate=0.25,
+      noise_multiplier=None, target_epsilon=3.0, delta=1e-5, eval_every=6, out=None)),
+      progress=False)
   eps = res.summary["epsilon_rdp"]
   assert eps <= 3.0 and eps > 2.9
   assert res.summary["noise_multiplier"] > 0
@@ -89,9 +91,10 @@ def test_fedavg_cli_says_non_private(tmp_path, capsys):
 
 
 def test_fedavg_baseline_reports_no_privacy(tmp_path):
-  res = run(RunConfig(algorithm="fedavg", dataset="synthetic", num_clients=12,
-                      model="linear", rounds=3, clients_per_round=4, sampling_rate=None,
-                      eval_every=3, out=str(tmp_path / "fa")), progress=False)
+  res = run(RunConfig.from_dict(dict(
+      algorithm="fedavg", dataset="synthetic", num_clients=12, model="linear", rounds=3,
+      clients_per_round=4, sampling_rate=None, eval_every=3, out=str(tmp_path / "fa"))),
+      progress=False)
   assert math.isinf(res.summary["epsilon"]) and res.ledger is None
   summary = json.loads((tmp_path / "fa" / "summary.json").read_text())
   assert summary["epsilon"] is None  # JSON has no inf: written as null
@@ -99,10 +102,10 @@ def test_fedavg_baseline_reports_no_privacy(tmp_path):
 
 
 def test_record_level_run_composes_local_steps(tmp_path):
-  res = run(RunConfig(algorithm="dp_fedavg_record_level", dataset="synthetic",
-                      num_clients=10, model="linear", rounds=2, sampling_rate=0.5,
-                      noise_multiplier=1.0, record_sampling_rate=0.25, batch_size=4,
-                      eval_every=2, out=None), progress=False)
+  res = run(RunConfig.from_dict(dict(
+      algorithm="dp_fedavg_record_level", dataset="synthetic", num_clients=10,
+      model="linear", rounds=2, sampling_rate=0.5, record_noise_multiplier=1.0,
+      record_sampling_rate=0.25, batch_size=4, eval_every=2, out=None)), progress=False)
   steps = res.summary["algorithm_config"]["local_dp_steps"]
   assert steps == 4  # one expected epoch at q_r = 1/4
   assert all(r["dp_steps"] == steps and r["sampling_rate"] == pytest.approx(0.25)
@@ -227,8 +230,8 @@ def test_amplitude_varying_from_the_main_job(tmp_path):
   rc = cli.main(["run", "--algorithm", "amplitude_varying", "--dataset", "synthetic",
                  "--num-clients", "20", "--model", "mlp", "--hidden", "8", "--activation",
                  "linear", "--epsilon", "10", "--vartheta", "1.05", "--rounds", "6",
-                 "--clients-per-round", "5", "--clip-norm", "2", "--eval-every", "2",
-                 "--no-progress", "--out", str(out)])
+                 "--clients-per-round", "5", "--param-clip-norm", "2", "--eval-every",
+                 "2", "--no-progress", "--out", str(out)])
   assert rc == 0
   s = json.loads((out / "summary.json").read_text())
   rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
@@ -298,7 +301,7 @@ def test_padpfl_from_the_main_job(tmp_path):
   out = tmp_path / "pad"
   rc = cli.main(["run", "--algorithm", "padpfl", "--dataset", "fashion_mnist",
                  "--scenario", "4", "--impact-factors", "0-1-2>2-1-0", "--epsilon", "20",
-                 "--delta", "0.01", "--rounds", "3", "--clip-norm", "5", "--hidden", "8",
+                 "--delta", "0.01", "--rounds", "3", "--clip-bound", "5", "--hidden", "8",
                  "--local-steps", "1", "--client-lr", "0.02", "--eval-every", "3",
                  "--no-progress", "--out", str(out)])
   assert rc == 0

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fedjax_dp import cli
-from fedjax_dp.runner import RunConfig
+from fedjax_dp.algorithms.interface import choices as option_choices
+from fedjax_dp.algorithms.options import FederatedOptions
+from fedjax_dp.runs import RunConfig
 
 SETTINGS = settings(max_examples=12, deadline=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -47,11 +49,14 @@ def _refused(capsys, tmp_path, args, needle, base=BASE):
 
 
 def _argparse_refuses(capsys, args, needle):
-  """argparse's own refusal (type or choice): SystemExit(2) and a usage line."""
-  with pytest.raises(SystemExit) as e:
-    cli.main(BASE + args)
-  assert e.value.code == 2
+  """The command-line parser's own refusal (type or choice): exit status 2 (returned,
+  or SystemExit(2)) and a message naming ``needle``."""
+  try:
+    rc = cli.main(BASE + args)
+  except SystemExit as e:
+    rc = e.code
   err = capsys.readouterr().err
+  assert rc == 2, err
   assert needle in err and "Traceback" not in err, err
 
 
@@ -79,7 +84,10 @@ def test_delta(capsys, tmp_path, value):
 @given(flag=st.sampled_from(["--sampling-rate", "--record-sampling-rate"]),
        value=NOT_PROBABILITY)
 def test_rates_outside_unit_interval(capsys, tmp_path, flag, value):
-  err = _refused(capsys, tmp_path, [f"{flag}={value}"], flag[2:].replace("-", "_"))
+  # --record-sampling-rate is an option of record-level DP only.
+  alg = (["--algorithm", "dp_fedavg_record_level"] if flag == "--record-sampling-rate"
+         else [])
+  err = _refused(capsys, tmp_path, alg + [f"{flag}={value}"], flag[2:].replace("-", "_"))
   assert "(0, 1]" in err
 
 
@@ -122,14 +130,15 @@ def test_seed_outside_uint32(capsys, tmp_path, seed):
      "exposures (R) must be <= rounds"),
     (["--algorithm", "padpfl", "--epsilon", "5", "--prox-mu", "-0.1"], "prox_mu"),
     (["--algorithm", "padpfl", "--epsilon", "5", "--mechanism", "laplace"],
-     "'gaussian' or 'none'"),
-    (["--algorithm", "padpfl"], "padpfl needs target_epsilon"),
+     "('gaussian', 'none')"),
+    (["--algorithm", "padpfl", "--target-epsilon", "5"], "does not take"),
     (["--algorithm", "padpfl", "--epsilon", "5"], "padpfl scenarios need an image dataset"),
     # issue 13: sensitivity modes and per-client noise
-    (["--sensitivity-mode", "clipped_gradients"], "go together"),
-    (["--grad-clip-norm", "1.0"], "go together"),
-    (["--grad-clip-norm", "-1", "--sensitivity-mode", "clipped_gradients"],
-     "grad_clip_norm must be > 0"),
+    (["--algorithm", "amplitude_varying", "--sensitivity-mode", "clipped_gradients"],
+     "go together"),
+    (["--algorithm", "amplitude_varying", "--grad-clip-norm", "1.0"], "go together"),
+    (["--algorithm", "amplitude_varying", "--grad-clip-norm", "-1", "--sensitivity-mode",
+      "clipped_gradients"], "grad_clip_norm must be > 0"),
     (["--client-noise-multipliers", "/no/such/z.txt"], "needs noise_placement='local'"),
     (["--noise-placement", "local", "--client-noise-multipliers", "/no/such/z.txt"],
      "not found"),
@@ -170,8 +179,9 @@ def test_unknown_names(capsys, tmp_path, flag, name):
 @given(flag=st.sampled_from(["--algorithm", "--sampler", "--client-optimizer",
                              "--server-optimizer", "--accountant"]), name=NAME)
 def test_unknown_choices(capsys, flag, name):
-  choices = {a.dest: a.choices for a in cli.build_parser().run_parser._actions}
-  if name in choices[flag[2:].replace("-", "_")]:
+  field = flag[2:].replace("-", "_")
+  owner = RunConfig if field in ("algorithm", "accountant") else FederatedOptions
+  if name in option_choices(owner, field):
     return
   _argparse_refuses(capsys, [flag, name], "invalid choice")
 
@@ -180,8 +190,8 @@ def test_unknown_choices(capsys, flag, name):
 @given(flag=st.sampled_from(["--rounds", "--clip-norm", "--delta", "--seed"]),
        text=st.sampled_from(["abc", "1,5", "", "0x", "1e", "--"]))
 def test_values_of_the_wrong_type(capsys, flag, text):
-  """argparse refuses most; a few (``--rounds=--`` parses as an empty list) reach
-  RunConfig.validate, which refuses them with the option named."""
+  """The command-line parser refuses them (``argument --flag``); any that reached
+  RunConfig.validate would be refused there with the option named."""
   try:
     rc = cli.main(BASE + [f"{flag}={text}"])
   except SystemExit as e:
@@ -193,7 +203,7 @@ def test_values_of_the_wrong_type(capsys, flag, text):
 
 # --- config files -----------------------------------------------------------------
 
-FIELDS = [f.name for f in __import__("dataclasses").fields(RunConfig)]
+FIELDS = RunConfig.option_names("dp_fedavg")
 
 
 @SETTINGS
@@ -209,7 +219,7 @@ def test_config_file_unknown_key(capsys, tmp_path, key, ext):
 WRONG_TYPES = [("rounds", "10"), ("rounds", [1]), ("rounds", 2.5), ("rounds", True),
                ("rounds", None), ("clip_norm", "0.5"), ("clip_norm", True),
                ("clip_norm", None), ("delta", {"a": 1}), ("dataset", 10),
-               ("dataset", None), ("verify_checksums", "no"), ("verify_checksums", 0),
+               ("sampler", None), ("verify_checksums", "no"), ("verify_checksums", 0),
                ("seed", 1.5), ("seed", "1"), ("noise_multiplier", "2"), ("partition", 3)]
 
 
@@ -265,25 +275,20 @@ def test_config_file_precedence_and_exclusive_pairs(tmp_path):
                   "target_epsilon = 3.0\n")
 
   def cfg(*extra):
-    argv = ["run", "--config", str(path), *extra]
-    parser = cli.build_parser()
-    return cli._config_from_args(parser.parse_args(argv),
-                                 cli._explicit_dests(parser.run_parser, argv))
+    return cli.parse_run_args(["--config", str(path), *extra])[0]
 
   c = cfg()
-  assert (c.rounds, c.clients_per_round, c.sampling_rate) == (7, 5, None)
-  assert c.client_learning_rate == 0.3
-  assert c.target_epsilon == 3.0 and c.noise_multiplier is None  # calibrate z
+  assert (c.rounds, c.options.clients_per_round, c.options.sampling_rate) == (7, 5, None)
+  assert c.options.client_learning_rate == 0.3
+  assert c.target_epsilon == 3.0 and c.options.noise_multiplier is None  # calibrate z
   c = cfg("--rounds", "9", "--sampling-rate", "0.25", "--noise-multiplier", "1.5")
-  assert (c.rounds, c.clients_per_round, c.sampling_rate) == (9, None, 0.25)
-  assert (c.noise_multiplier, c.target_epsilon) == (1.5, 3.0)  # the budget guard
+  assert ((c.rounds, c.options.clients_per_round, c.options.sampling_rate)
+          == (9, None, 0.25))
+  assert (c.options.noise_multiplier, c.target_epsilon) == (1.5, 3.0)  # the budget guard
   # A flag typed with its default value still overrides the file:
   assert cfg("--rounds", str(RunConfig().rounds)).rounds == RunConfig().rounds
   # Without a config file the defaults are the README's main job:
-  argv = ["run"]
-  parser = cli.build_parser()
-  c = cli._config_from_args(parser.parse_args(argv), cli._explicit_dests(
-      parser.run_parser, argv))
+  c = cli.parse_run_args([])[0]
   assert c == RunConfig()
 
 

@@ -15,7 +15,7 @@ import pytest
 from fedjax_dp import cli
 from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
-from fedjax_dp.runner import RunConfig, run
+from fedjax_dp.runs import RunConfig, run
 from fedjax_dp.validation import FedJaxDpError
 from run_outputs import read_metrics as _metrics
 
@@ -163,7 +163,8 @@ def test_extending_a_finished_run_equals_the_longer_run(tmp_path, capsys):
   s = _summary(short)
   assert s["rounds"] == 8 and s["config"]["rounds"] == 8
   assert s["epsilon_rdp"] > 3.0  # calibrated for 4 rounds; 8 spend more, reported as is
-  z4 = RunConfig(**SYNTH, rounds=4, noise_multiplier=None, target_epsilon=3.0, out=None)
+  z4 = RunConfig.from_dict(dict(SYNTH, rounds=4, noise_multiplier=None,
+                                target_epsilon=3.0, out=None))
   assert s["noise_multiplier"] == run(z4, progress=False).summary["noise_multiplier"]
   capsys.readouterr()
   assert cli.main(["run", "--resume", str(short), "--rounds", "8", "--no-progress"]) == 2
@@ -175,7 +176,7 @@ def test_extending_is_refused_where_the_configuration_depends_on_the_rounds(tmp_
   out = tmp_path / "av"
   assert cli.main(["run", "--algorithm", "amplitude_varying", "--dataset", "synthetic",
                    "--num-clients", "20", "--model", "linear", "--epsilon", "10",
-                   "--rounds", "3", "--clients-per-round", "5", "--clip-norm", "2",
+                   "--rounds", "3", "--clients-per-round", "5", "--param-clip-norm", "2",
                    "--no-progress", "--out", str(out)]) == 0
   capsys.readouterr()
   assert cli.main(["run", "--resume", str(out), "--rounds", "6", "--no-progress"]) == 2

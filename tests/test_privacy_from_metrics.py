@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp.runner import RunConfig, run
+from fedjax_dp.runs import RunConfig, run
 
 REL = dp_accounting.NeighboringRelation
 SYNTH = dict(dataset="synthetic", num_clients=20, model="mlp", hidden="8", rounds=4,
@@ -66,7 +66,7 @@ def recompute(rows):
 
 def _run(tmp_path, name, **kw):
   out = tmp_path / name
-  res = run(RunConfig(out=str(out), **kw).validate(), progress=False)
+  res = run(RunConfig.from_dict(dict(kw, out=str(out))).validate(), progress=False)
   rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
   summary = json.loads((out / "summary.json").read_text())
   return rows, summary, res
@@ -84,13 +84,14 @@ CASES = {
     "dp_fedsgd_poisson": dict(SYNTH, algorithm="dp_fedsgd", sampling_rate=0.5,
                               noise_multiplier=1.5),
     "record_level": dict(SYNTH, algorithm="dp_fedavg_record_level", sampling_rate=0.5,
-                         noise_multiplier=1.0, local_steps=2, record_sampling_rate=0.2),
+                         record_noise_multiplier=1.0, local_steps=2,
+                         record_sampling_rate=0.2),
     "amplitude_varying": dict(SYNTH, algorithm="amplitude_varying", clients_per_round=5,
-                              sampling_rate=None, target_epsilon=10.0, clip_norm=2.0,
-                              vartheta=1.05, activation="linear", delta=1e-3),
+                              epsilon=10.0, param_clip_norm=2.0, vartheta=1.05,
+                              activation="linear", delta=1e-3),
     "amplitude_varying_clipped": dict(SYNTH, algorithm="amplitude_varying",
-                                      clients_per_round=5, sampling_rate=None,
-                                      target_epsilon=10.0, clip_norm=2.0, local_steps=1,
+                                      clients_per_round=5, epsilon=10.0,
+                                      param_clip_norm=2.0, local_steps=1,
                                       sensitivity_mode="clipped_gradients",
                                       grad_clip_norm=1.0, delta=1e-3),
 }
@@ -116,7 +117,7 @@ def test_epsilon_from_metrics_alone_matches_the_summary(tmp_path, name):
 def test_padpfl_epsilon_from_metrics_alone(tmp_path):
   """PADPFL: every client in every round (plain Gaussian events, PLD available)."""
   rows, s, _ = _run(tmp_path, "padpfl", algorithm="padpfl", dataset="mnist", rounds=2,
-                    eval_every=2, target_epsilon=20.0, delta=0.01, clip_norm=5.0,
+                    eval_every=2, epsilon=20.0, delta=0.01, clip_bound=5.0,
                     hidden="8", local_steps=1, client_learning_rate=0.02)
   eps_rdp, eps_pld, trunc = recompute(rows)
   assert s["epsilon_rdp"] == pytest.approx(eps_rdp, rel=1e-6)

@@ -252,15 +252,15 @@ def test_sensitivity_primitives():
 def test_budget_guard_composes_the_fixed_size_event():
   """The budget guard plans with the algorithm's own events (z / 2 under replace-one);
   the old guard composed std / C and let the run go about twice too far."""
-  from fedjax_dp.data import load_dataset
-  from fedjax_dp.runner import RunConfig, budget_rounds, build_algorithm
-  cfg = RunConfig(dataset="synthetic", num_clients=20, model="linear", clients_per_round=5,
-                  sampling_rate=None, sampler="fixed_size", noise_multiplier=4.0,
-                  target_epsilon=4.0, rounds=400, delta=1e-5).validate()
-  data = load_dataset("synthetic", num_clients=20, seed=0)
-  alg = build_algorithm(cfg, create_model("linear", data.feature_shape, data.num_classes),
-                        data, 4.0)
-  allowed = budget_rounds(cfg, alg, 4.0)
+  from fedjax_dp.runs import RunConfig, build, make_setup
+  from fedjax_dp.runs.privacy import budget_rounds
+  cfg = RunConfig.from_dict(dict(
+      dataset="synthetic", num_clients=20, model="linear", clients_per_round=5,
+      sampling_rate=None, sampler="fixed_size", noise_multiplier=4.0, target_epsilon=4.0,
+      rounds=400, delta=1e-5)).validate()
+  alg, z = build(make_setup(cfg))
+  assert z == 4.0
+  allowed = budget_rounds(alg.privacy, z, cfg.rounds, cfg.target_epsilon, cfg.delta)
   eps = lambda z, t: accountants.compute_epsilon(z, 0.25, t, 1e-5, sampler="fixed_size",
                                                  population_size=20)
   assert 1 < allowed < 400
