@@ -1,0 +1,103 @@
+"""A run's files: its output folder (never an earlier run's), atomic writes, strict
+JSON, the curves plot and timing summaries."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import shutil
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+_log = logging.getLogger(__name__)
+
+#: What marks a folder as holding a run (never overwritten without ``overwrite``).
+RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints", "curves.png")
+
+
+def holds_run(folder: str) -> bool:
+  """Whether ``folder`` holds any of an earlier run's files."""
+  return any(os.path.exists(os.path.join(folder, f)) for f in RUN_FILES)
+
+
+def fresh_out_dir(out: str, overwrite: bool) -> str:
+  """The folder a fresh run writes to: ``out`` if it holds no earlier run; with
+  ``overwrite`` the earlier run's files are removed first; otherwise the first of
+  ``<out>-2``, ``<out>-3``, ... that holds none (logged as a warning)."""
+  if not holds_run(out):
+    return out
+  if overwrite:
+    for f in RUN_FILES:
+      path = os.path.join(out, f)
+      if os.path.isdir(path):
+        shutil.rmtree(path)
+      elif os.path.exists(path):
+        os.remove(path)
+    return out
+  base = out.rstrip(os.sep) or out
+  k = 2
+  while holds_run(f"{base}-{k}"):
+    k += 1
+  new = f"{base}-{k}"
+  _log.warning("%s holds an earlier run; this run writes to %s (overwrite / --overwrite "
+               "replaces the earlier run instead, --resume continues it).", out, new)
+  return new
+
+
+def write_atomic(path: str, text: str) -> None:
+  """Writes ``text`` to ``path`` through a temporary file and a rename."""
+  with open(path + ".tmp", "w") as f:
+    f.write(text)
+  os.replace(path + ".tmp", path)
+
+
+def json_safe(v):
+  """``v`` with non-finite floats as None and numpy scalars as Python numbers (strict
+  JSON has no inf/NaN)."""
+  if isinstance(v, float) and not math.isfinite(v):
+    return None
+  if isinstance(v, dict):
+    return {k: json_safe(x) for k, x in v.items()}
+  if isinstance(v, (list, tuple)):
+    return [json_safe(x) for x in v]
+  if isinstance(v, (np.floating, np.integer)):
+    return json_safe(v.item())
+  return v
+
+
+def steady_time_per_round(records: List[Dict[str, Any]]) -> Optional[float]:
+  """Seconds per round after the first compiled block (which includes compilation),
+  or None when the run had a single block."""
+  walls = [r["wall_time_s"] for r in records]
+  first_block = walls.count(walls[0]) if walls else 0
+  if first_block == 0 or first_block == len(walls):
+    return None
+  return (walls[-1] - walls[0]) / (len(walls) - first_block)
+
+
+def plot_curves(records: List[Dict[str, Any]], path: str, title: str) -> None:
+  """Test accuracy and epsilon per round (``records``: 0-based ``round``) to ``path``."""
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  ev = [r for r in records if "test_accuracy" in r]
+  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+  a1.plot([r["round"] + 1 for r in ev], [r["test_accuracy"] for r in ev], "o-")
+  a1.set_xlabel("round")
+  a1.set_ylabel("test accuracy")
+  a1.grid(alpha=0.3)
+  eps = [(r["round"] + 1, r["epsilon"]) for r in records
+         if r.get("epsilon") is not None and math.isfinite(r["epsilon"])]
+  if eps:
+    a2.plot(*zip(*eps))
+  else:
+    a2.text(0.5, 0.5, "non-private (epsilon = inf)", ha="center", transform=a2.transAxes)
+  a2.set_xlabel("round")
+  a2.set_ylabel("epsilon (RDP)")
+  a2.grid(alpha=0.3)
+  fig.suptitle(title)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)

@@ -1,0 +1,130 @@
+"""A run's privacy around the algorithm's `PrivacySpec`: the noise multiplier
+(calibrated to a target epsilon through the algorithm's own DpEvent), the budget guard,
+the ledger of a resumed run, and the guarantee's fields of summary.json."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import dp_accounting
+import numpy as np
+
+from fedjax_dp.privacy import accountants, calibration
+from fedjax_dp.validation import FedJaxDpError
+
+
+def calibrate_noise_multiplier(spec, rounds: int, target_epsilon: float, delta: float,
+                               accountant: str) -> float:
+  """z such that ``rounds`` rounds of ``spec.round_event(z)`` spend ``target_epsilon``
+  at ``delta`` (`fedjax_dp.privacy.calibration.calibrate`): calibration inverts the
+  algorithm's own accounting.
+
+  Raises:
+    FedJaxDpError: per-client noise multipliers (each client has its own), or no z
+      reaches the target.
+  """
+  if spec.per_client:
+    raise FedJaxDpError("target_epsilon calibration is not available with "
+                        "client_noise_multipliers (each client has its own); give the "
+                        "noise multipliers, and target_epsilon only as a budget guard.",
+                        option="target_epsilon")
+  return calibration.calibrate(
+      lambda z: dp_accounting.SelfComposedDpEvent(spec.round_event(z), rounds),
+      target_epsilon, delta, accountant)
+
+
+def budget_rounds(spec, z, rounds: int, target_epsilon: float, delta: float) -> int:
+  """Budget guard: how many of ``rounds`` rounds fit in ``target_epsilon``.
+
+  A fresh ledger like the run's (``spec.make_ledger``) records the planned rounds'
+  events (the noise-multiplier hyper-parameter ``z``, a float or a per-client ``[N]``
+  vector, through the algorithm's `PrivacySpec`); training stops before the first round
+  after which its epsilon (RDP, at ``delta``; the worst client's with per-client noise)
+  would exceed the target. RDP is never below PLD, so the guard is conservative for
+  either accountant.
+
+  Raises:
+    FedJaxDpError: even the first round would exceed the target.
+  """
+  trial = spec.make_ledger(delta)
+  z_event = np.asarray(z, np.float64) * spec.event_scale
+  zs = np.broadcast_to(z_event, (rounds,) + z_event.shape)
+  eps = trial.record_many(zs, np.full(rounds, spec.sampling_rate),
+                          np.full(rounds, spec.steps))
+  allowed = int(np.sum(eps <= target_epsilon))  # eps grows with every round
+  if allowed == 0:
+    raise FedJaxDpError(
+        f"target_epsilon={target_epsilon} is below the epsilon of a single round "
+        f"({eps[0]:.4g} at delta={delta:g} with noise_multiplier "
+        f"{np.min(np.asarray(z)):g}); raise it or the noise multiplier.",
+        option="target_epsilon")
+  return allowed
+
+
+def accounting_fields(spec, delta: float) -> Dict[str, Any]:
+  """What fixes the DpEvent besides each round's (z, q, dp_steps): with these in every
+  record of metrics.jsonl a reader can recompute epsilon from that file alone."""
+  out = {"delta": delta, "sampler": spec.sampler, "neighboring_relation": spec.relation,
+         "privacy_unit": spec.unit, "population_size": spec.population_size,
+         "cohort_size": spec.cohort_size}
+  if spec.truncation is not None:
+    out.update(truncation_population_size=spec.truncation.population_size,
+               truncation_cap=spec.truncation.cap,
+               truncation_draws_per_step=spec.truncation.draws_per_step)
+  return out
+
+
+def restored_ledger(spec, delta: float, records: List[Dict[str, Any]],
+                    per_client: Optional[Dict[str, Any]]):
+  """A fresh ledger holding the events of ``records`` (the rounds of a checkpoint), so
+  that epsilon continues exactly: from the records (what metrics.jsonl holds), or for
+  per-client accounting the saved per-client ledger ``per_client`` (its ``to_dict``)."""
+  if spec.per_client:
+    from fedjax_dp.privacy.per_client import PerClientLedger
+    return PerClientLedger.from_dict(per_client)
+  ledger = spec.make_ledger(delta)
+  if records:
+    ledger.record_many([r["noise_multiplier"] for r in records],
+                       [r["sampling_rate"] for r in records],
+                       [r["dp_steps"] for r in records])
+  return ledger
+
+
+def ledger_epsilon(ledger, accountant: str) -> Optional[float]:
+  """The run's epsilon (the worst client's with per-client accounting); inf without a
+  ledger (non-private), None where dp-accounting has no PLD for the events."""
+  if ledger is None:
+    return float("inf")
+  try:
+    if hasattr(ledger, "worst_epsilon"):
+      return ledger.worst_epsilon(accountant=accountant)
+    return ledger.epsilon(accountant=accountant)
+  except accountants.UnsupportedAccountingError:
+    return None
+
+
+def privacy_summary(ledger, spec, accountant: str, delta: float) -> Dict[str, Any]:
+  """The guarantee's fields of summary.json: the relation, the truncation probability
+  and the delta it adds (``delta_total``), and with per-client accounting the worst
+  client and every client's epsilon (when they differ)."""
+  if ledger is None:
+    return {"relation": None, "truncation_probability": 0.0, "delta_total": None,
+            "guarantee": "none (non-private)"}
+  acc = accountant if spec.supports(accountant) else "rdp"
+  single = ledger.worst_ledger(accountant=acc) if spec.per_client else ledger
+  eps = single.epsilon(accountant=acc)
+  p = single.truncation_probability()
+  delta_total = single.delta_total(accountant=acc)
+  out = {"relation": spec.relation, "truncation_probability": p,
+         "delta_total": delta_total,
+         "guarantee": (f"({eps:.4g}, {delta_total:.4g})-DP, {spec.unit}, "
+                       f"{spec.neighboring}; {acc.upper()} accountant"
+                       + (f"; delta includes {delta_total - delta:.3g} for the "
+                          f"probability {p:.3g} that a padded Poisson draw was truncated"
+                          if p > 0 else ""))}
+  if spec.per_client:
+    eps_clients = ledger.epsilons(accountant="rdp")
+    out["worst_client"] = ledger.worst_client()
+    out["per_client_epsilon_rdp"] = (eps_clients.tolist()
+                                     if np.unique(eps_clients).size > 1 else None)
+  return out
