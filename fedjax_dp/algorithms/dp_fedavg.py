@@ -265,7 +265,7 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
                            server_learning_rate: float = 1.0,
                            weighting: str = "uniform",
                            k_max: Optional[int] = None, chunk_size: Optional[int] = None,
-                           mesh=None) -> Algorithm:
+                           mesh=None, per_example_method: str = "auto") -> Algorithm:
   """Record-level DP: local DP-SGD in every client, uploads averaged (see module doc).
 
   Args:
@@ -280,6 +280,9 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
     weighting: server averaging of uploads; only ``"uniform"`` over the cohort (whose
       membership does not depend on any record): weights by data size n_k would depend
       on the client's records and are refused.
+    per_example_method: ``"auto"`` (default), ``"ghost"`` or ``"vmap"``: how the
+      per-example clipped gradients are computed
+      (`fedjax_dp.privacy.per_example.clipped_grad_sum`; the same numbers either way).
     Other arguments as in `dp_fedavg`.
 
   Returns:
@@ -303,7 +306,8 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
                               local_steps=local_steps)
   client = make_client_update(
       model, _client_optimizer(client_optimizer, client_learning_rate),
-      batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg)
+      batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg,
+      per_example_method=per_example_method)
   config = RoundConfig(clip_updates=False, noise="none", weighting="uniform",
                        denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps,
                        chunk_size=chunk_size)
@@ -444,6 +448,10 @@ class RecordLevelOptions(FederatedOptions):
   record_sampling_rate: Optional[float] = None
   """Poisson rate of examples per local DP-SGD step (default batch size / mean client
   size)"""
+  per_example_method: Literal["auto", "ghost", "vmap"] = "auto"
+  """how per-example clipped gradients are computed: ghost norms + book-keeping (fast;
+  auto picks it when every parameter sits in a row-wise flax layer) or vmap(grad)
+  (any model); the same numbers either way"""
 
 
 class DpFedAvgRecordLevel(FederatedAlgorithm):
@@ -469,7 +477,7 @@ class DpFedAvgRecordLevel(FederatedAlgorithm):
     return dp_fedavg_record_level(
         setup.model, setup.data, record_clip_norm=o.record_clip_norm,
         record_noise_multiplier=z, record_sampling_rate=o.record_sampling_rate,
-        **o.federated_kwargs(setup))
+        per_example_method=o.per_example_method, **o.federated_kwargs(setup))
 
   def with_noise_multiplier(self, alg: Algorithm, z) -> Algorithm:
     hp = alg.hparams

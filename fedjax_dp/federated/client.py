@@ -26,7 +26,10 @@ Batching (static shapes):
   clients too (their step is pure noise): skipping it would reveal that the client
   has no record. Sampled batches are padded to the static ``max_batch_size``; the
   probability that a draw overflows it is added to delta by the ledger
-  (`fedjax_dp.privacy.events.Truncation`).
+  (`fedjax_dp.privacy.events.Truncation`). The clipped sum comes from
+  `fedjax_dp.privacy.per_example.clipped_grad_sum`: ghost norms and book-keeping
+  (no per-example gradients materialised) whenever the model allows, vmap(grad)
+  otherwise (``per_example_method``).
 * Per-example gradient clipping without noise (``hparams.grad_clip_norm``): each step
   averages the minibatch's per-example gradients, each clipped to G, which bounds how
   far one example can move the local model
@@ -44,8 +47,9 @@ import jax.numpy as jnp
 import optax
 from scipy import stats
 
-from fedjax_dp.privacy import clipping, noise
-from fedjax_dp.validation import FedJaxDpError, check_int, check_probability
+from fedjax_dp.privacy import clipping, noise, per_example
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
+                                  check_probability)
 
 PyTree = Any
 
@@ -169,7 +173,8 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
                        local_steps: Optional[int] = None,
                        dp_sgd: Optional[DpSgdConfig] = None,
                        return_weights: bool = False,
-                       skip_nonfinite_steps: bool = False) -> Callable:
+                       skip_nonfinite_steps: bool = False,
+                       per_example_method: str = "auto") -> Callable:
   """Builds the pure local-training function of one client.
 
   Args:
@@ -187,6 +192,10 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       check is a separate pass and reduction per step (about a third of the MLP
       benchmark's local-training time on a CPU), and the round already zeroes and
       counts a client whose final update is non-finite.
+    per_example_method: how per-example clipped gradients are computed (DP-SGD and
+      ``grad_clip_norm``): ``"auto"``, ``"ghost"`` or ``"vmap"``
+      (`fedjax_dp.privacy.per_example.clipped_grad_sum`; equal results, ghost is the
+      fast one and auto picks it whenever the model allows).
 
   Returns:
     ``client_update(params, x, y, count, key, hparams) -> (update, ClientMetrics)``:
@@ -197,6 +206,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     FedJaxDpError: invalid batch size / epochs / steps.
   """
   b = check_int("batch_size", batch_size, minimum=1)
+  check_choice("per_example_method", per_example_method, per_example.METHODS)
   max_n = check_int("max_examples", max_examples, minimum=1)
   if dp_sgd is None and (local_epochs is None) == (local_steps is None):
     raise FedJaxDpError("give exactly one of local_epochs and local_steps.")
@@ -246,10 +256,6 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         nonfinite_grads=nonfinite.astype(jnp.int32))
     return out, metrics
 
-  def example_loss_and_grad(params, xe, ye):
-    return jax.value_and_grad(lambda p: model.per_example_loss(
-        model.apply(p, xe[None]), ye[None])[0])(params)
-
   def non_private_update(params0, x, y, count, key, hparams):
     lr = _learning_rate(hparams)
     valid = jnp.arange(max_n) < count
@@ -275,13 +281,12 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
 
     def clipped_mean_grad(params, xb, yb, mask):
       """Mean over the batch of per-example gradients clipped to G, and the loss sum."""
-      per_ex, g = jax.vmap(example_loss_and_grad, in_axes=(None, 0, 0))(params, xb, yb)
-      g, _, _ = clipping.clip_per_example(g, jnp.asarray(hparams.grad_clip_norm,
-                                                         jnp.float32))
+      out = per_example.clipped_grad_sum(
+          model, params, xb, yb, mask, jnp.asarray(hparams.grad_clip_norm, jnp.float32),
+          method=per_example_method)
       denom = jnp.maximum(jnp.sum(mask), 1.0)
-      return (jnp.sum(per_ex * mask),
-              jax.tree_util.tree_map(lambda l: jnp.tensordot(mask, l, axes=(0, 0)) / denom,
-                                     g))
+      return (jnp.sum(out.loss * mask),
+              jax.tree_util.tree_map(lambda l: l / denom, out.total))
 
     def step(carry, s):
       params, opt_state, loss_sum, seen, taken, nonfinite = carry
@@ -337,12 +342,10 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       num = jnp.sum(sel, dtype=jnp.int32)
       (idx,) = jnp.nonzero(sel, size=bmax, fill_value=0)
       mask = (jnp.arange(bmax) < num).astype(jnp.float32)
-      xb, yb = x[idx], y[idx]
-      per_ex, g = jax.vmap(example_loss_and_grad, in_axes=(None, 0, 0))(params, xb, yb)
-      g, norms, finite = clipping.clip_per_example(g, c)
-      g_sum = jax.tree_util.tree_map(
-          lambda l: jnp.tensordot(mask, l, axes=(0, 0)), g)
-      g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
+      out = per_example.clipped_grad_sum(model, params, x[idx], y[idx], mask, c,
+                                         method=per_example_method)
+      per_ex, norms, finite = out.loss, out.norms, out.finite
+      g_noisy = noise.add_gaussian_noise(k_noise, out.total, z * c)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
       # Every client steps, an empty one too (pure noise): whether a step happens must
       # not depend on the client's records.

@@ -304,3 +304,36 @@ def test_dp_sgd_poisson_batches_ignore_padding():
   assert int(m.num_steps) == 5 and int(m.batch_truncated) == 0
   assert 0.0 <= float(m.example_clip_fraction) <= 1.0
   assert np.isfinite(_tree_norm(delta)) and _tree_norm(delta) > 0
+
+
+@pytest.mark.parametrize("dp", [True, False])
+def test_ghost_and_vmap_per_example_paths_give_the_same_local_training(dp):
+  """Issue 15: the fast per-example path (ghost norms + book-keeping) and the vmap(grad)
+  reference give the same DP-SGD update (noise on, clip binding, Poisson batches with
+  padding) and the same clipped-GD update (``grad_clip_norm``), on an MLP."""
+  model = create_model("mlp", (DIM,), CLASSES, hidden=(6,))
+  params = model.init(jax.random.key(4))
+  x, y = _data(12)
+  x = x.at[7:].set(jnp.nan)  # padding past the client's 7 examples
+  outs = {}
+  for method in ("ghost", "vmap"):
+    if dp:
+      cu = make_client_update(model, optax.sgd(LR), batch_size=3, max_examples=MAX_N,
+                              dp_sgd=DpSgdConfig.create(MAX_N, 0.4, local_steps=4),
+                              per_example_method=method)
+      hp = ClientHParams(0.05, 0.7, 0.4, record_denominator=4.0)
+    else:
+      cu = make_client_update(model, optax.sgd(LR), batch_size=3, max_examples=MAX_N,
+                              local_steps=4, per_example_method=method)
+      hp = ClientHParams(grad_clip_norm=0.05)
+    outs[method] = jax.jit(lambda p, x, y, k: cu(p, x, y, jnp.int32(7), k, hp))(
+        params, x, y, jax.random.key(5))
+  (dg, mg), (dv, mv) = outs["ghost"], outs["vmap"]
+  _assert_tree_close(dg, dv)
+  assert float(mg.loss) == pytest.approx(float(mv.loss), rel=1e-5)
+  if dp:
+    assert float(mg.example_clip_fraction) == float(mv.example_clip_fraction) > 0
+  assert all(bool(jnp.all(jnp.isfinite(l))) for l in jax.tree_util.tree_leaves(dg))
+  with pytest.raises(FedJaxDpError, match="per_example_method"):
+    make_client_update(model, optax.sgd(LR), batch_size=3, max_examples=MAX_N,
+                       local_steps=1, per_example_method="fast")
