@@ -131,25 +131,39 @@ class DpSgdConfig:
   Attributes:
     num_steps: local DP-SGD steps per round (the ``dp_steps`` composed per round).
     max_batch_size: static padded Poisson batch size.
+    micro_batch_size: the sampled batch is processed in micro-batches of this many
+      rows, only as many as the draw needs (``ceil(drawn / micro_batch_size)``, a
+      ``while`` loop), so a step costs about its real batch, not ``max_batch_size``
+      rows; None: the whole padded batch in one pass. Changes the cost, not the
+      result (up to float summation order).
   """
   num_steps: int
   max_batch_size: int
+  micro_batch_size: Optional[int] = None
 
   @classmethod
   def create(cls, max_examples: int, record_sampling_rate: float,
              local_epochs: Optional[int] = None, local_steps: Optional[int] = None,
-             overflow_prob: float = 1e-12) -> "DpSgdConfig":
+             overflow_prob: float = 1e-12,
+             micro_batch_size: Optional[int] = -1) -> "DpSgdConfig":
     """Steps ``= local_steps`` or ``E * ceil(1 / q_r)`` (E expected epochs);
     ``max_batch_size`` = the (1 - overflow_prob) quantile of Binomial(max_examples, q_r).
     The overflow probability (over max_examples + 1, a neighbour's size) is added to
-    delta (`truncation`), so it is kept small."""
+    delta (`truncation`), so it is kept small. ``micro_batch_size`` (-1: automatic,
+    half the expected batch ``q_r max_examples``, at least 8 rows; None: off)."""
     q = check_probability("record_sampling_rate", record_sampling_rate)
     if (local_epochs is None) == (local_steps is None):
       raise FedJaxDpError("give exactly one of local_epochs and local_steps.")
     steps = (check_int("local_steps", local_steps, minimum=1) if local_steps is not None
              else check_int("local_epochs", local_epochs, minimum=1) * math.ceil(1.0 / q))
-    b = int(stats.binom.isf(overflow_prob, max_examples, q)) + 1
-    return cls(num_steps=steps, max_batch_size=max(1, min(max_examples, b)))
+    b = max(1, min(max_examples, int(stats.binom.isf(overflow_prob, max_examples, q)) + 1))
+    if micro_batch_size == -1:
+      micro_batch_size = max(8, math.ceil(q * max_examples / 2))
+    if micro_batch_size is not None:
+      micro_batch_size = min(b, check_int("micro_batch_size", micro_batch_size, minimum=1))
+      if micro_batch_size == b:
+        micro_batch_size = None
+    return cls(num_steps=steps, max_batch_size=b, micro_batch_size=micro_batch_size)
 
   def truncation(self, max_examples: int, client_slots: int):
     """The `fedjax_dp.privacy.events.Truncation` of this config's Poisson batches:
@@ -335,26 +349,53 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     denom = jnp.asarray(hparams.record_denominator, jnp.float32)
     lr = _learning_rate(hparams)
 
+    def rows_sum(params, idx, mask, c):
+      """Clipped gradient sum and (loss sum, rows, clipped rows, non-finite rows)."""
+      out = per_example.clipped_grad_sum(model, params, x[idx], y[idx], mask, c,
+                                         method=per_example_method)
+      return out.total, (jnp.sum(out.loss * mask), jnp.sum(mask),
+                         jnp.sum((out.norms > c) * mask),
+                         jnp.sum((~out.finite) * mask).astype(jnp.int32))
+
+    def clipped_sum_of_draw(params, idx, num, c):
+      """The draw's ``num`` rows (``idx[:num]``): in one padded pass, or in as many
+      micro-batches as they fill (`DpSgdConfig.micro_batch_size`)."""
+      m = dp_sgd.micro_batch_size
+      if m is None:
+        return rows_sum(params, idx, (jnp.arange(bmax) < num).astype(jnp.float32), c)
+      n_micro = -(-bmax // m)
+      idx = jnp.pad(idx, (0, n_micro * m - bmax))
+
+      def body(carry):
+        j, total, st = carry
+        rows = j * m + jnp.arange(m)
+        g, s_ = rows_sum(params, jax.lax.dynamic_slice(idx, (j * m,), (m,)),
+                         (rows < num).astype(jnp.float32), c)
+        return (j + 1, jax.tree_util.tree_map(jnp.add, total, g),
+                tuple(a + b for a, b in zip(st, s_)))
+
+      zero = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()), jnp.zeros((), jnp.int32))
+      init = (jnp.zeros((), jnp.int32), jax.tree_util.tree_map(jnp.zeros_like, params), zero)
+      _, total, st = jax.lax.while_loop(lambda cr: cr[0] * m < num, body, init)
+      return total, st
+
     def step(carry, s):
       params, opt_state, loss_sum, seen, clipped_n, trunc, nonfinite = carry
       k_sel, k_noise = jax.random.split(jax.random.fold_in(key, s))
       sel = valid & (jax.random.uniform(k_sel, (max_n,)) < q)
       num = jnp.sum(sel, dtype=jnp.int32)
       (idx,) = jnp.nonzero(sel, size=bmax, fill_value=0)
-      mask = (jnp.arange(bmax) < num).astype(jnp.float32)
-      out = per_example.clipped_grad_sum(model, params, x[idx], y[idx], mask, c,
-                                         method=per_example_method)
-      per_ex, norms, finite = out.loss, out.norms, out.finite
-      g_noisy = noise.add_gaussian_noise(k_noise, out.total, z * c)
+      g_sum, stats_ = clipped_sum_of_draw(params, idx, jnp.minimum(num, bmax), c)
+      g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
       # Every client steps, an empty one too (pure noise): whether a step happens must
       # not depend on the client's records.
       params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True), lr,
                                        hparams.param_clip_norm)
-      return (params_new, opt_state, loss_sum + jnp.sum(per_ex * mask),
-              seen + jnp.sum(mask), clipped_n + jnp.sum((norms > c) * mask),
-              trunc + jnp.maximum(num - bmax, 0),
-              nonfinite + jnp.sum((~finite) * mask).astype(jnp.int32)), None
+      l_sum, n_seen, n_clipped, n_nonfinite = stats_
+      return (params_new, opt_state, loss_sum + l_sum, seen + n_seen,
+              clipped_n + n_clipped, trunc + jnp.maximum(num - bmax, 0),
+              nonfinite + n_nonfinite), None
 
     init = (params0, optimizer.init(params0), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()),
             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))

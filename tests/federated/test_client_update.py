@@ -223,7 +223,13 @@ def test_dp_sgd_config():
   assert 10 < cfg.max_batch_size <= 100
   from scipy import stats
   assert stats.binom.sf(cfg.max_batch_size, 100, 0.1) < 1e-9
-  assert DpSgdConfig.create(10, 1.0, local_steps=3) == DpSgdConfig(3, 10)
+  assert DpSgdConfig.create(10, 1.0, local_steps=3) == DpSgdConfig(3, 10, 8)
+  assert DpSgdConfig.create(10, 1.0, local_steps=3, micro_batch_size=None) == DpSgdConfig(3, 10)
+  assert DpSgdConfig.create(10, 1.0, local_steps=3, micro_batch_size=50).micro_batch_size is None
+  assert cfg.micro_batch_size == 8  # max(8, 100 * 0.1 / 2)
+  assert DpSgdConfig.create(1000, 0.1, local_steps=1).micro_batch_size == 50
+  with pytest.raises(FedJaxDpError, match="micro_batch_size"):
+    DpSgdConfig.create(10, 0.5, local_steps=1, micro_batch_size=0)
   with pytest.raises(FedJaxDpError, match="record_sampling_rate"):
     DpSgdConfig.create(10, 0.0, local_steps=1)
   with pytest.raises(FedJaxDpError):
@@ -337,3 +343,23 @@ def test_ghost_and_vmap_per_example_paths_give_the_same_local_training(dp):
   with pytest.raises(FedJaxDpError, match="per_example_method"):
     make_client_update(model, optax.sgd(LR), batch_size=3, max_examples=MAX_N,
                        local_steps=1, per_example_method="fast")
+
+
+@pytest.mark.parametrize("micro", [1, 3, 7])
+def test_dp_sgd_micro_batches_give_the_one_pass_result(micro):
+  """Issue 15: processing only the micro-batches a Poisson draw fills (a while loop)
+  gives the same update and metrics as one pass over the padded batch, noise and
+  clipping on, for clients with few and many examples."""
+  x, y = _data(13)
+  hp = ClientHParams(0.3, 0.8, 0.6, 0.5, record_denominator=6.0)
+  cfgs = {m: DpSgdConfig.create(MAX_N, 0.6, local_steps=4, micro_batch_size=m)
+          for m in (None, micro)}
+  assert cfgs[None].micro_batch_size is None and cfgs[micro].micro_batch_size == micro
+  for n in (2, 10):
+    outs = [jax.jit(make_client_update(MODEL, optax.sgd(1.0), batch_size=6,
+                                       max_examples=MAX_N, dp_sgd=cfgs[m]))(
+                PARAMS, x, y, jnp.int32(n), jax.random.key(6), hp) for m in (None, micro)]
+    _assert_tree_close(outs[0][0], outs[1][0])
+    for a, b in zip(outs[0][1], outs[1][1]):
+      np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5)
+    assert float(outs[0][1].example_clip_fraction) > 0
