@@ -76,3 +76,78 @@ class Timer:
 
   def __exit__(self, *exc):
     self.seconds = time.perf_counter() - self.t0
+
+
+def _median(xs: List[float]) -> float:
+  s = sorted(xs)
+  n = len(s)
+  return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def losses_ok(losses: List[float]) -> bool:
+  """The loss sanity check of a training record: every round's loss is finite and the
+  last round's is below the first's (a broken framework cannot post a fast time)."""
+  import math
+  return (len(losses) >= 2 and all(math.isfinite(l) for l in losses)
+          and losses[-1] < losses[0])
+
+
+def dpsgd_record(framework: str, versions: Dict[str, str], workload: Dict[str, Any],
+                 round_seconds: List[float], round_losses: List[float],
+                 **extra) -> Dict[str, Any]:
+  """The JSON record of one federated record-level DP-SGD run (section "dpsgd").
+
+  ``round_seconds``: wall-clock seconds of the timed rounds (after warm-up).
+  ``round_losses``: mean training loss of EVERY round run, warm-up included (the loss
+  check compares the first with the last). Per-example gradients per second and
+  GFLOP/s use the median round time and the expected examples of a round
+  (`workloads.dpsgd_examples_per_round`, `workloads.dpsgd_flops_per_round`).
+  """
+  from benchmarks import workloads
+  rec = throughput_record(framework, versions, workload, round_seconds, **extra)
+  med = _median(round_seconds)
+  ex = workloads.dpsgd_examples_per_round(workload)
+  rec.update(benchmark="dpsgd", median_round_s=med, expected_examples_per_round=ex,
+             per_example_grads_per_s=ex / med,
+             gflops=workloads.dpsgd_flops_per_round(workload) / med / 1e9,
+             round_losses=list(round_losses), first_round_loss=round_losses[0],
+             last_round_loss=round_losses[-1], loss_ok=losses_ok(list(round_losses)))
+  return rec
+
+
+def micro_result(arch: str, batch_size: int, method: str, seconds: List[float],
+                 **extra) -> Dict[str, Any]:
+  """One microbenchmark line: the clipped gradient sum of one batch of ``batch_size``
+  real examples on model ``arch``. Rates use the BEST time of the repeats (calls of
+  milliseconds on a machine shared with other jobs: the best is the least disturbed);
+  the median is kept too. ``extra``: the fields of `check_sum`."""
+  from benchmarks import workloads
+  best = min(seconds)
+  rec = {"model": arch, "batch_size": batch_size, "method": method, "seconds": seconds,
+         "median_s": _median(seconds), "best_s": best,
+         "per_example_grads_per_s": batch_size / best,
+         "gflops": batch_size * workloads.DPSGD_FLOPS_PER_EXAMPLE[arch] / best / 1e9}
+  rec.update(extra)
+  return rec
+
+
+def micro_record(framework: str, versions: Dict[str, str], results: List[Dict[str, Any]],
+                 **extra) -> Dict[str, Any]:
+  """The JSON record of one framework's microbenchmark (a list of `micro_result`)."""
+  rec = {"benchmark": "dpsgd_micro", "framework": framework, "versions": versions,
+         "results": results, "machine": machine_info(), "peak_rss_mib": peak_rss_mib()}
+  rec.update(extra)
+  return rec
+
+
+def check_sum(got, ref, batch_size: int, clip_norm: float, rtol: float = 1e-4):
+  """Sanity fields of a clipped gradient sum ``got`` (flat numpy) against a reference
+  ``ref`` computed independently (per-example gradients, clip, sum): the relative L2
+  error, whether it is below ``rtol`` and the sum finite with norm <= B C."""
+  import numpy as np
+  got, ref = np.asarray(got, np.float64), np.asarray(ref, np.float64)
+  norm = float(np.linalg.norm(got))
+  err = float(np.linalg.norm(got - ref) / max(np.linalg.norm(ref), 1e-30))
+  ok = bool(np.all(np.isfinite(got)) and norm <= batch_size * clip_norm * (1 + 1e-4)
+            and err <= rtol)
+  return {"clipped_sum_norm": norm, "rel_err_vs_reference": err, "correct": ok}

@@ -92,3 +92,99 @@ def synthetic_client_data(w, client_id: int, seed: int = 0):
   x = (means[y] + rng.normal(0.0, 1.0, (n, d)).astype(np.float32)).reshape(
       (n,) + tuple(w["feature_shape"]))
   return x.astype(np.float32), y
+
+
+# --- Record-level DP-SGD (section "dpsgd" of `benchmarks.run`) ------------------------
+#
+# Federated record-level DP: every client of the population takes part in every round
+# and runs ``local_steps`` steps of local DP-SGD (Abadi et al. 2016): each step
+# Poisson-samples each of its examples with probability ``record_sampling_rate``,
+# clips every per-example gradient to ``clip_norm``, adds N(0, (noise_multiplier *
+# clip_norm)^2) to the sum and divides by the public expected batch size
+# ``expected_batch_size`` (= q * examples_per_client), then an SGD step with
+# ``client_learning_rate``; the server averages the client deltas uniformly and applies
+# them with ``server_learning_rate`` (1: plain FedAvg).
+
+DPSGD_MLP = dict(
+    name="dpsgd_mlp",
+    arch="mlp",
+    model="mlp 784-200-200-10",
+    feature_shape=(28, 28),
+    num_classes=10,
+    hidden=(200, 200),
+    num_clients=100,
+    cohort_size=100,
+    examples_per_client=100,
+    local_steps=5,
+    record_sampling_rate=0.2,
+    expected_batch_size=20,
+    clip_norm=1.0,
+    noise_multiplier=1.0,
+    client_learning_rate=0.1,
+    server_learning_rate=1.0,
+    warmup_rounds=2,
+    timed_rounds=10,
+)
+
+# The same round with the FedJAX EMNIST CNN of workload (a'). 10 clients (FedJAX's own
+# EMNIST cohort, as for workload (a')): a round is then 10 x 5 x 20 = 1,000 expected
+# per-example gradients of 72 MFLOP each (72 GFLOP), about a second at the dense-matmul
+# rate of the 2-core benchmark machine and tens of seconds for the slowest peer, so
+# that 1 warm-up and 3 timed rounds of every framework fit in a few minutes.
+DPSGD_CNN = dict(
+    DPSGD_MLP,
+    name="dpsgd_cnn",
+    arch="cnn",
+    model="emnist cnn conv32-conv64-maxpool-dense128-dense62 (no dropout)",
+    feature_shape=(28, 28, 1),
+    num_classes=62,
+    hidden=None,
+    num_clients=10,
+    cohort_size=10,
+    warmup_rounds=1,
+    timed_rounds=3,
+)
+
+DPSGD_WORKLOADS = {"dpsgd_mlp": DPSGD_MLP, "dpsgd_cnn": DPSGD_CNN}
+
+# Microbenchmark: the sum of per-example clipped gradients of one batch (no noise, no
+# update), for each model and batch size.
+DPSGD_MICRO_BATCH_SIZES = (20, 256)
+
+# Training FLOPs of one example, counted as 3 x forward (forward, input gradients and
+# weight gradients each cost about one forward; the usual 6 x MACs estimate), matmul /
+# convolution FLOPs only (bias, activation, pooling and the per-example norms and
+# clipping are not counted; nor are padded batch slots).
+# MLP: 3 x 2 x (784*200 + 200*200 + 200*10) = 3 x 2 x 198,800 = 1,192,800.
+# CNN: 3 x 23,998,208 (forward: conv1 389,376 + conv2 21,233,664 + dense 2,359,296 +
+#   out 15,872) = 71,994,624.
+DPSGD_FLOPS_PER_EXAMPLE = {
+    "mlp": 3 * 2 * (784 * 200 + 200 * 200 + 200 * 10),
+    "cnn": 3 * 23_998_208,
+}
+
+
+def dpsgd_examples_per_round(w) -> float:
+  """Expected per-example gradients of one round: clients x steps x E[batch]."""
+  return w["cohort_size"] * w["local_steps"] * w["expected_batch_size"]
+
+
+def dpsgd_flops_per_round(w) -> float:
+  """Training FLOPs of the expected real examples of one round
+  (`DPSGD_FLOPS_PER_EXAMPLE`)."""
+  return dpsgd_examples_per_round(w) * DPSGD_FLOPS_PER_EXAMPLE[w["arch"]]
+
+
+def poisson_max_batch(n: int, q: float, overflow_prob: float = 1e-12) -> int:
+  """Smallest b with P(Binomial(n, q) > b) <= overflow_prob, plus one, capped at n:
+  the static padded batch of a Poisson-sampled step (the rule of
+  `fedjax_dp.federated.client.DpSgdConfig`; standard library, exact sums)."""
+  import math
+  tail, b = 0.0, n
+  # P(X > k) = sum_{j > k} C(n, j) q^j (1 - q)^(n - j), accumulated from the top.
+  for k in range(n - 1, -1, -1):
+    tail += math.comb(n, k + 1) * q ** (k + 1) * (1 - q) ** (n - k - 1)
+    if tail > overflow_prob:
+      b = k + 1
+      break
+  return max(1, min(n, b + 1))
