@@ -77,7 +77,8 @@ class RunConfig:
   """root seed of the run"""
   devices: Optional[int] = None
   """shard each cohort over this many local devices (default: all; on a CPU, one
-  device per core)"""
+  device per core); in a multi-process run (--distributed), this many in every
+  process"""
   chunk_size: Optional[int] = None
   """clients trained at once per device (default: chosen from the model size and free
   memory)"""

@@ -11,6 +11,7 @@ algorithm-specific comes through `fedjax_dp.algorithms.interface.FederatedAlgori
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -53,7 +54,12 @@ class RunResult:
 
 
 def run_mesh(devices: Optional[int]):
-  """The client mesh over ``devices`` local devices (default all), or None for one.
+  """The client mesh over ``devices`` local devices (default all) of every process, or
+  None for a single device in a single process.
+
+  In a multi-process run (`jax.distributed`), the mesh spans the first ``devices``
+  local devices of *every* process (`sharding.global_client_mesh`), so each process
+  trains its share of the cohort.
 
   Raises:
     FedJaxDpError: more devices asked for than there are.
@@ -65,6 +71,8 @@ def run_mesh(devices: Optional[int]):
         f"devices must be at most the {len(local)} local device(s), got {n} (on a CPU, "
         "start with XLA_FLAGS=--xla_force_host_platform_device_count=N).",
         option="devices")
+  if jax.process_count() > 1:
+    return sharding.global_client_mesh(n)
   return sharding.client_mesh(local[:n]) if n > 1 else None
 
 
@@ -282,6 +290,7 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
         disclosure.table(rec, labels) and rec)
   # Evaluation runs inside the compiled rounds (no host round trip).
   device_eval = make_device_evaluator(setup.model, test_x, test_y)
+  device_eval = device_eval._replace(data=sharding.replicate(device_eval.data, setup.mesh))
   eval_jit = jax.jit(device_eval.fn)
 
   def evaluate(params):
@@ -290,21 +299,25 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
 
   out = cfg.out
   metrics_file = None
+  # Multi-process: process 0 writes the files and shows progress; every process saves
+  # its part of each checkpoint (orbax, into the same folder).
+  primary = sharding.is_primary()
   if out and saved is None:  # only now, after every check has passed
-    out = outputs.fresh_out_dir(out, cfg.overwrite)
+    out = outputs.fresh_out_dir(out, cfg.overwrite)  # chosen by process 0 for all
     cfg = dataclasses.replace(cfg, out=out)
   interrupted: Optional[RunInterrupted] = None
   if out:
     os.makedirs(out, exist_ok=True)
     if saved is None:
       checkpointer = RunCheckpointer(os.path.join(out, "checkpoints"))
+  if out and primary:
     # Rewritten from the checkpoint on resume: rounds after it were lost with the run.
     metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
     for rec in saved_records:
       metrics_file.write(json.dumps(published(rec)) + "\n")
     metrics_file.flush()
   bar = None
-  if progress:
+  if progress and primary:
     from tqdm.auto import tqdm
     bar = tqdm(total=cfg.rounds, desc=f"{alg.name} on {data.name}", unit="round")
     bar.update(done_before)
@@ -360,22 +373,32 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
           m["per_client_ledger"] = ledger_dict
         checkpointer.save(rounds_done, s, m)
       kept.update(rounds=rounds_done, state=s, per_client=ledger_dict)
+    if multi_process:  # every process stops after the same block (see below)
+      signum = _signal_of_any_process(interrupts.received)
+      if signum:
+        raise RunInterrupted(signum)
 
+  # Multi-process: a signal (SLURM's SIGTERM reaches the processes at slightly different
+  # times) is only noted during training, and all processes agree after each block
+  # whether one of them received it; a process stopping alone would leave the others
+  # waiting in the next block's collectives.
+  multi_process = jax.process_count() > 1
   try:
-    if saved is None and checkpointer is not None:
-      on_block(state, 0)  # round 0: a run stopped before its first block can resume
-    block_fn = make_block_fn(alg.round_fn, device_eval)  # compiled once, reused
-    done = done_before
-    while (blk := controller.next_block(done, planned)) is not None:
-      base = done
-      state, _ = run_rounds(
-          alg.round_fn, state, pop if blk.population is None else blk.population,
-          blk.hparams, root, rounds=blk.rounds, block_size=blk.block_size,
-          eval_every=blk.eval_every, ledger=ledger, device_evaluator=device_eval,
-          on_round=on_round, block_fn=block_fn,
-          on_block=lambda s, d, base=base: on_block(s, base + d))
-      done += blk.rounds
-      offset["wall"] = last["wall"]
+    with interrupts.critical() if multi_process else contextlib.nullcontext():
+      if saved is None and checkpointer is not None:
+        on_block(state, 0)  # round 0: a run stopped before its first block can resume
+      block_fn = make_block_fn(alg.round_fn, device_eval)  # compiled once, reused
+      done = done_before
+      while (blk := controller.next_block(done, planned)) is not None:
+        base = done
+        state, _ = run_rounds(
+            alg.round_fn, state, pop if blk.population is None else blk.population,
+            blk.hparams, root, rounds=blk.rounds, block_size=blk.block_size,
+            eval_every=blk.eval_every, ledger=ledger, device_evaluator=device_eval,
+            on_round=on_round, block_fn=block_fn,
+            on_block=lambda s, d, base=base: on_block(s, base + d))
+        done += blk.rounds
+        offset["wall"] = last["wall"]
   except RunInterrupted as e:
     interrupted = e
   finally:
@@ -390,7 +413,7 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
     state = kept["state"]
     del written[kept["rounds"]:]
     records = [dict(r, round=r["round"] - 1) for r in written]
-    if out:
+    if out and primary:
       outputs.write_atomic(os.path.join(out, "metrics.jsonl"),
                            "".join(json.dumps(published(r)) + "\n" for r in written))
     if ledger is not None:
@@ -401,13 +424,23 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
   summary = _summary(cfg, setup, alg, z, ledger, records, written, final, labels,
                      planned, guarded, interrupted, time.perf_counter() - t_start)
   summary.update(plugin.summary_fields(alg, setup, controller, written))
-  if out:
+  if out and primary:
     outputs.write_atomic(os.path.join(out, "summary.json"),
                          json.dumps(outputs.json_safe(summary), indent=2))
     outputs.plot_curves(records, os.path.join(out, "curves.png"),
                         f"{alg.name} on {summary['dataset']}: eps={summary['epsilon']:.2f},"
                         f" delta={cfg.delta:g}")
   return RunResult(state, records, summary, ledger)
+
+
+def _signal_of_any_process(received: Optional[int]) -> int:
+  """The signal number received by the lowest-indexed process that received one (0:
+  none), the same in every process of a multi-process run (a collective: all processes
+  call it, after every block)."""
+  from jax.experimental import multihost_utils
+  got = np.asarray(multihost_utils.process_allgather(np.int32(received or 0)))
+  hits = got[got != 0]
+  return int(hits[0]) if hits.size else 0
 
 
 def _summary(cfg, setup, alg, z, ledger, records, written, final, labels, planned,
@@ -453,6 +486,7 @@ def _summary(cfg, setup, alg, z, ledger, records, written, final, labels, planne
       "k_max": alg.k_max,
       "num_clients": data.num_clients,
       "devices": sharding.mesh_size(setup.mesh),
+      "processes": jax.process_count(),
       "wall_time_s": wall,
       "time_per_round_s": (records[-1]["wall_time_s"] / len(records)) if records else None,
       "steady_time_per_round_s": outputs.steady_time_per_round(records),

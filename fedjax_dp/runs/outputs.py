@@ -25,7 +25,44 @@ def holds_run(folder: str) -> bool:
 def fresh_out_dir(out: str, overwrite: bool) -> str:
   """The folder a fresh run writes to: ``out`` if it holds no earlier run; with
   ``overwrite`` the earlier run's files are removed first; otherwise the first of
-  ``<out>-2``, ``<out>-3``, ... that holds none (logged as a warning)."""
+  ``<out>-2``, ``<out>-3``, ... that holds none (logged as a warning).
+
+  In a multi-process run process 0 decides (and removes) and every process gets its
+  answer (`broadcast_text`), so that all of them write into one folder; call it in
+  every process at the same point.
+  """
+  import jax
+  if jax.process_count() == 1:
+    return _fresh_out_dir(out, overwrite)
+  return broadcast_text(_fresh_out_dir(out, overwrite) if jax.process_index() == 0
+                        else "")
+
+
+def broadcast_text(text: str, max_bytes: int = 4096) -> str:
+  """Process 0's ``text`` in every process of a multi-process run (a collective: every
+  process calls it; the others' ``text`` is ignored).
+
+  Raises:
+    FedJaxDpError: process 0's text is longer than ``max_bytes`` in UTF-8.
+  """
+  from jax.experimental import multihost_utils
+
+  from fedjax_dp.validation import FedJaxDpError
+  raw = text.encode("utf-8")
+  buf = np.zeros(max_bytes + 1, np.uint8)  # the extra byte: too long (agreed by all)
+  if len(raw) > max_bytes:
+    buf[max_bytes] = 1
+  else:
+    buf[:len(raw)] = np.frombuffer(raw, np.uint8)
+  got = np.asarray(multihost_utils.broadcast_one_to_all(buf))
+  if got[max_bytes]:
+    raise FedJaxDpError(f"out must be at most {max_bytes} bytes long in a multi-process "
+                        "run.", option="out")
+  return bytes(got[:max_bytes]).rstrip(b"\0").decode("utf-8")
+
+
+def _fresh_out_dir(out: str, overwrite: bool) -> str:
+  """`fresh_out_dir` in one process."""
   if not holds_run(out):
     return out
   if overwrite:
