@@ -27,6 +27,7 @@ import statistics
 import sys
 import time
 
+from fedjax_dp import compilation_cache
 from fedjax_dp.data import load_dataset
 from fedjax_dp.runs import RunConfig, json_safe, run
 
@@ -67,6 +68,7 @@ def main(argv=None) -> int:
   p.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                "dp_fedavg_har_tradeoff"))
   args = p.parse_args(argv)
+  compilation_cache.enable()  # before anything compiles (FEDJAX_DP_COMPILATION_CACHE=0: off)
   rounds = args.rounds or (10 if args.quick else 50)
   seeds = list(range(args.seeds or (1 if args.quick else 3)))
   logging.getLogger("fedjax_dp.privacy.accountants").setLevel(logging.ERROR)

@@ -3,6 +3,11 @@
 `Results` keeps one JSON file ``{"meta": ..., "runs": [...]}`` per figure or table and
 rewrites it atomically after every run, so a killed sweep keeps what it finished and a
 rerun with ``resume`` skips what is already there.
+
+Importing it also turns on JAX's persistent compilation cache
+(`fedjax_dp.compilation_cache`; off with ``FEDJAX_DP_COMPILATION_CACHE=0``): every
+experiment script imports this module (through its paper's ``common`` module) before it
+compiles anything, so a rerun or a sweep over the same programs skips XLA compilation.
 """
 
 from __future__ import annotations
@@ -12,6 +17,10 @@ import os
 from typing import Any, Dict, List, Optional
 
 import numpy as np
+
+from fedjax_dp import compilation_cache
+
+compilation_cache.enable()
 
 
 class Results:

@@ -12,6 +12,15 @@ from fedjax_dp.data.federated_data import from_client_lists  # noqa: E402
 
 jax.config.update("jax_platforms", "cpu")
 
+from fedjax_dp import compilation_cache  # noqa: E402
+
+# JAX's persistent compilation cache for the whole session, in the default folder
+# (~/.cache/fedjax_dp/jax-<version>, shared with the CLI: a second run of the suite
+# loads its programs instead of compiling them). FEDJAX_DP_COMPILATION_CACHE=0 turns it
+# off; FEDJAX_DP_CACHE_DIR moves it. Each pytest-xdist worker imports this file and opens
+# the same folder, which is safe (see fedjax_dp/compilation_cache.py).
+compilation_cache.enable()
+
 
 def make_synthetic_data(num_clients=24, dim=8, num_classes=3, min_examples=6,
                         max_examples=20, num_test=400, seed=0):

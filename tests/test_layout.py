@@ -17,6 +17,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 ALLOWED = {
     "validation": set(),
     "interrupts": set(),
+    "compilation_cache": {"validation"},
     "checkpoint": {"validation"},
     "data": {"validation"},
     "models": {"validation"},
@@ -26,7 +27,8 @@ ALLOWED = {
     "algorithms": {"federated", "privacy", "models", "data", "auditing", "validation"},
     "runs": {"algorithms", "federated", "privacy", "data", "models", "checkpoint",
              "interrupts", "validation"},
-    "cli": {"runs", "algorithms", "auditing", "data", "federated", "validation"},
+    "cli": {"runs", "algorithms", "auditing", "data", "federated", "compilation_cache",
+            "validation"},
 }
 
 

@@ -1,5 +1,7 @@
 """Tests of `fedjax_dp.federated.sampling` and `fedjax_dp.federated.keys`."""
 
+import itertools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -7,8 +9,10 @@ import pytest
 from scipy import stats
 
 from fedjax_dp.federated import keys as keylib
-from fedjax_dp.federated.sampling import (FixedSizeSampler, PoissonSampler, poisson_k_max,
-                                          poisson_sample)
+from fedjax_dp.federated import sampling
+from fedjax_dp.federated.sampling import (FixedSizeSampler, PoissonSampler,
+                                          distinct_draws, fixed_size_sample, num_draws,
+                                          poisson_k_max, poisson_sample)
 from fedjax_dp.validation import FedJaxDpError
 
 NUM_SE = 6.0
@@ -132,6 +136,152 @@ def test_fixed_size_sampler():
   assert np.all(np.abs(freq - p) <= NUM_SE * np.sqrt(p * (1 - p) / 1000))
   with pytest.raises(FedJaxDpError, match="cohort_size"):
     FixedSizeSampler.create(5, 6)
+
+
+# --- fixed-size sampling: the O(K) method for large populations (distinct draws) ---------
+
+P_MIN = 1e-4  # a correct sampler fails a chi-square test at this level 1 time in 10^4
+
+
+def _keys(n, seed=0):
+  return jax.random.split(jax.random.key(seed), n)
+
+
+def _check_uniform_ordered(idx, n, k):
+  """Every row holds k distinct ids in [0, n); every ordered k-tuple of distinct ids, and
+  every k-subset, is equally likely (chi-square goodness of fit)."""
+  idx = np.asarray(idx)
+  assert idx.shape[1] == k and idx.min() >= 0 and idx.max() < n
+  assert all(len(set(row)) == k for row in idx.tolist())  # never a duplicate
+  tuples = list(itertools.permutations(range(n), k))
+  code = {t: i for i, t in enumerate(tuples)}
+  counts = np.bincount([code[tuple(r)] for r in idx.tolist()], minlength=len(tuples))
+  assert stats.chisquare(counts).pvalue > P_MIN, counts
+  subsets = list(itertools.combinations(range(n), k))
+  scode = {t: i for i, t in enumerate(subsets)}
+  scounts = np.bincount([scode[tuple(sorted(r))] for r in idx.tolist()],
+                        minlength=len(subsets))
+  if len(subsets) > 1:  # K = N: one subset, every order
+    assert stats.chisquare(scounts).pvalue > P_MIN, scounts
+
+
+@pytest.mark.parametrize("n,k", [(6, 3), (5, 5), (7, 1)])
+def test_distinct_draws_every_ordered_sample_equally_likely(n, k):
+  """The new method forced on a small population: N!/(N-K)! ordered samples (120 for
+  N = 6, K = 3), each about 500 times in 60,000 draws."""
+  sample = jax.jit(jax.vmap(lambda key: fixed_size_sample(
+      key, n, k, method="distinct_draws").indices))
+  _check_uniform_ordered(sample(_keys(60_000)), n, k)
+
+
+def test_the_check_catches_a_wrong_order():
+  """The test above fails for a sampler with the right subsets in a biased order (the
+  distinct values sorted instead of in order of first appearance)."""
+  idx = np.sort(np.asarray(jax.vmap(lambda key: fixed_size_sample(
+      key, 6, 3, method="distinct_draws").indices)(_keys(60_000))), axis=1)
+  with pytest.raises(AssertionError):
+    _check_uniform_ordered(idx, 6, 3)
+
+
+@pytest.mark.parametrize("n,k,success", [(6, 3, 120 / 216), (4, 3, 24 / 64)])
+def test_distinct_draws_retry_is_exact(n, k, success):
+  """The fallback forced: with only M = K draws an attempt fails (fewer than K distinct)
+  with probability 1 - N!/((N-K)! N^K); it is redrawn until it succeeds. The attempts are
+  geometric with that success probability, and the samples, including those that needed
+  a retry, are uniform over ordered K-samples."""
+  run = jax.jit(jax.vmap(lambda key: distinct_draws(key, n, k, draws=k)))
+  idx, attempts = run(_keys(60_000, seed=1))
+  idx, attempts = np.asarray(idx), np.asarray(attempts)
+  assert attempts.min() == 1 and attempts.max() > 3
+  mean, sd = 1 / success, np.sqrt(1 - success) / success
+  assert abs(attempts.mean() - mean) <= 6 * sd / np.sqrt(len(attempts))
+  _check_uniform_ordered(idx, n, k)
+  _check_uniform_ordered(idx[attempts > 1], n, k)  # the retried ones too
+
+
+def test_num_draws():
+  assert num_draws(10**6, 1) == 1  # a single draw is always distinct
+  m = num_draws(10**6, 1000)
+  assert 1000 < m < 1100  # about K + K^2 / (2 N) + a few standard deviations
+  assert num_draws(10**6, 1000, failure_prob=1e-3) < m
+  assert num_draws(6, 3) == 12  # no M <= N reaches 1e-9: 2 N
+  with pytest.raises(FedJaxDpError, match="cohort_size"):
+    num_draws(10, 11)
+  with pytest.raises(FedJaxDpError, match="failure_prob"):
+    num_draws(10, 2, failure_prob=0.0)
+
+
+@pytest.mark.parametrize("n,k", [(2048, 30), (4096, 200)])
+def test_num_draws_keeps_retries_below_the_target(n, k):
+  """With failure_prob = 5%, at most 5% of the attempts fail (the Poisson approximation
+  of the repeated draws is conservative: measured rates are far lower)."""
+  target, trials = 0.05, 20_000
+  m = num_draws(n, k, failure_prob=target)
+  assert m > k
+  _, attempts = jax.jit(jax.vmap(lambda key: distinct_draws(key, n, k, draws=m)))(
+      _keys(trials, seed=2))
+  rate = float(np.mean(np.asarray(attempts) > 1))
+  assert rate <= target + 4 * np.sqrt(target * (1 - target) / trials)
+
+
+def _largest_intermediate(jaxpr):
+  """The most elements of any value a (closed) jaxpr computes, sub-jaxprs included."""
+  best = 0
+  for eqn in jaxpr.eqns:
+    for v in eqn.outvars:
+      best = max(best, int(np.prod(getattr(v.aval, "shape", ()))))
+    for p in eqn.params.values():
+      for sub in (p if isinstance(p, (tuple, list)) else [p]):
+        inner = getattr(sub, "jaxpr", None)
+        if inner is not None:
+          best = max(best, _largest_intermediate(getattr(inner, "jaxpr", inner)))
+  return best
+
+
+def test_large_population_cost_does_not_grow_with_n():
+  """N = 10^6, K = 10^3: the default picks the new method, whose program never holds an
+  array of N elements (the permutation's does), and returns K distinct ids in range."""
+  n, k = 10**6, 1000
+  key = jax.random.key(3)
+  sizes = {m: _largest_intermediate(jax.make_jaxpr(
+      lambda kk, m=m: fixed_size_sample(kk, n, k, method=m).indices)(key).jaxpr)
+           for m in ("auto", "distinct_draws", "permutation")}
+  assert sizes["permutation"] >= n
+  assert sizes["auto"] == sizes["distinct_draws"] <= 4 * num_draws(n, k) < n // 100
+  c = jax.jit(FixedSizeSampler.create(n, k).sample)(key)
+  idx = np.asarray(c.indices)
+  assert idx.shape == (k,) and len(np.unique(idx)) == k
+  assert idx.min() >= 0 and idx.max() < n and bool(jnp.all(c.mask))
+  np.testing.assert_array_equal(
+      idx, np.asarray(fixed_size_sample(key, n, k, method="distinct_draws").indices))
+  # Inside a scan over rounds and under vmap over seeds, as the round uses it.
+  def rounds(seed):
+    def one(carry, r):
+      return carry, fixed_size_sample(jax.random.fold_in(seed, r), n, k).indices
+    return jax.lax.scan(one, 0, jnp.arange(3))[1]
+  many = np.asarray(jax.jit(jax.vmap(rounds))(_keys(2)))
+  assert many.shape == (2, 3, k)
+  assert all(len(np.unique(row)) == k for row in many.reshape(-1, k))
+  # Every client is as likely: ids spread evenly over the range (10 bins of 10^5).
+  counts = np.bincount(many.ravel() // (n // 10), minlength=10)
+  assert stats.chisquare(counts).pvalue > P_MIN
+
+
+def test_small_populations_keep_the_permutation():
+  """Below DISTINCT_DRAWS_MIN_POPULATION (and whenever 4 M > N) the cohort is exactly
+  ``jax.random.choice(..., replace=False)``'s, as in every run recorded before."""
+  key = jax.random.key(4)
+  for n, k in ((30, 10), (100, 10), (sampling.DISTINCT_DRAWS_MIN_POPULATION - 1, 50),
+               (10**5, 40_000)):
+    expected = jax.random.choice(key, n, (k,), replace=False)
+    np.testing.assert_array_equal(np.asarray(fixed_size_sample(key, n, k).indices),
+                                  np.asarray(expected))
+  n = sampling.DISTINCT_DRAWS_MIN_POPULATION
+  np.testing.assert_array_equal(
+      np.asarray(fixed_size_sample(key, n, 10).indices),
+      np.asarray(fixed_size_sample(key, n, 10, method="distinct_draws").indices))
+  with pytest.raises(FedJaxDpError, match="method"):
+    fixed_size_sample(key, 10, 2, method="floyd")
 
 
 def test_client_keys_depend_on_population_id_not_slot():
