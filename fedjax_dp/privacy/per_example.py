@@ -31,6 +31,10 @@ norm). Two ways to compute it, chosen automatically (``method="auto"``):
     Works for any model and any per-example function (`clipped_sum`, used for
     second-order terms such as a per-example Hessian-vector product).
 
+A layer class of one's own that computes ``x @ kernel (+ bias)`` like ``nn.Dense``
+(``kernel [d_in, d_out]``, optional ``bias [d_out]``, ``use_bias`` attribute) declares
+``per_example_rule = "dense"`` to get the closed form instead of the vmapped VJP.
+
 ``"ghost"`` applies when every parameter belongs to a flax *leaf* module (one whose
 ``params`` are arrays, not sub-dicts) that is called exactly once, through
 ``__call__`` with one array argument, whose output rows depend only on the matching
@@ -142,7 +146,8 @@ def _traced_forward(model, params, x, perturbations=None):
       problems.append(f"{name} does not return one array")
       return out
     i = len(leaves)
-    kind = "dense" if type(mod) is nn.Dense else "generic"
+    kind = ("dense" if type(mod) is nn.Dense
+            or getattr(type(mod), "per_example_rule", None) == "dense" else "generic")
     leaves.append(_Leaf(path, mod.clone(parent=None), kind))
     inputs.append(args[0])
     if perturbations is not None:
