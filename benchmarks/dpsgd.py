@@ -75,8 +75,7 @@ def federated(w, timed_rounds=None, warmup_rounds=None, chunk_size=None, seed=0,
   """Times the rounds of workload ``w``; returns the `common.dpsgd_record`."""
   import jax
   from benchmarks.roofline import matmul_gflops
-  from fedjax_dp.federated import make_block_fn
-  from fedjax_dp.federated.driver import constant_schedule
+  from benchmarks.throughput import time_rounds
   from fedjax_dp.federated.sharding import client_mesh, replicate
 
   timed = w["timed_rounds"] if timed_rounds is None else timed_rounds
@@ -85,19 +84,7 @@ def federated(w, timed_rounds=None, warmup_rounds=None, chunk_size=None, seed=0,
   mesh = client_mesh() if jax.device_count() > 1 else None
   alg, data = build(w, mesh, chunk_size)
   data = replicate(data, mesh)
-  block = make_block_fn(alg.round_fn)
-  sched = constant_schedule(alg.hparams, 1)
-  key = jax.random.key(seed)
-  state = alg.init(jax.random.key(seed))
-  times, losses = [], []
-  for r in range(warm + timed):
-    t0 = time.perf_counter()
-    state, metrics = block(state, data, sched, key)
-    jax.block_until_ready(state.params)
-    dt = time.perf_counter() - t0
-    losses.append(float(metrics.train_loss[0]))
-    if r >= warm:
-      times.append(dt)
+  times, losses = time_rounds(alg, data, warm, timed, seed)
   mm_after = matmul_gflops(matmul_size)
   rec = common.dpsgd_record(
       "fedjax_dp", versions(), w, times, losses, method="dp_fedavg_record_level",

@@ -25,7 +25,6 @@ from benchmarks import common, workloads
 
 def build(w, chunk_size=None, mesh=None):
   """(algorithm, device population) for workload ``w``."""
-  import jax
   import jax.numpy as jnp
   from fedjax_dp.algorithms import dp_fedavg
   from fedjax_dp.data.federated_data import from_client_lists
@@ -48,19 +47,14 @@ def build(w, chunk_size=None, mesh=None):
   return alg, PopulationData(jnp.asarray(fd.x), jnp.asarray(fd.y), jnp.asarray(fd.counts))
 
 
-def run(w, chunk_size=None, timed_rounds=None, warmup_rounds=None, seed=0):
-  """Times ``timed_rounds`` rounds after ``warmup_rounds``; returns the JSON record."""
+def time_rounds(alg, data, warm: int, timed: int, seed: int = 0):
+  """Runs ``warm + timed`` rounds of ``alg`` (one jitted call each, block size 1), each
+  timed until the new global parameters are materialised. Returns ``(times of the timed
+  rounds [s], train loss of every round)``."""
   import jax
   from fedjax_dp.federated import make_block_fn
   from fedjax_dp.federated.driver import constant_schedule
 
-  timed = timed_rounds or w["timed_rounds"]
-  warm = w["warmup_rounds"] if warmup_rounds is None else warmup_rounds
-  from fedjax_dp.federated.sharding import client_mesh
-  mesh = client_mesh() if jax.device_count() > 1 else None
-  alg, data = build(w, chunk_size, mesh)
-  from fedjax_dp.federated.sharding import replicate
-  data = replicate(data, mesh)
   block = make_block_fn(alg.round_fn)
   sched = constant_schedule(alg.hparams, 1)
   key = jax.random.key(seed)
@@ -71,9 +65,25 @@ def run(w, chunk_size=None, timed_rounds=None, warmup_rounds=None, seed=0):
     state, metrics = block(state, data, sched, key)
     jax.block_until_ready(state.params)
     dt = time.perf_counter() - t0
+    losses.append(float(metrics.train_loss[0]))
     if r >= warm:
       times.append(dt)
-      losses.append(float(metrics.train_loss[0]))
+  return times, losses
+
+
+def run(w, chunk_size=None, timed_rounds=None, warmup_rounds=None, seed=0):
+  """Times ``timed_rounds`` rounds after ``warmup_rounds``; returns the JSON record."""
+  import jax
+
+  timed = timed_rounds or w["timed_rounds"]
+  warm = w["warmup_rounds"] if warmup_rounds is None else warmup_rounds
+  from fedjax_dp.federated.sharding import client_mesh
+  mesh = client_mesh() if jax.device_count() > 1 else None
+  alg, data = build(w, chunk_size, mesh)
+  from fedjax_dp.federated.sharding import replicate
+  data = replicate(data, mesh)
+  times, losses = time_rounds(alg, data, warm, timed, seed)
+  losses = losses[warm:]
   versions = {p: md.version(p) for p in ("jax", "jaxlib", "flax", "optax")}
   versions["fedjax_dp"] = md.version("fedjax_dp")
   return common.throughput_record(
