@@ -3,15 +3,74 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
+import dp_accounting
 import jax
 
 from fedjax_dp.federated.round import RoundHParams
 from fedjax_dp.federated.server import ServerState
-from fedjax_dp.privacy import accountants, events
-from fedjax_dp.privacy.ledger import PrivacyLedger
-from fedjax_dp.validation import FedJaxDpError, check_choice
+from fedjax_dp.privacy import accountants, disclosure, events
+from fedjax_dp.privacy.ledger import PrivacyLedger, _check_truncation
+from fedjax_dp.privacy.multi_release import MultiReleaseLedger, check_release_name
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int, check_positive,
+                                  check_probability)
+
+
+@dataclasses.dataclass(frozen=True)
+class Release:
+  """One kind of noisy release that each round of an algorithm makes, when a round
+  makes several (`PrivacySpec.releases`), e.g. the inner (query-set) and outer
+  (support-set) DP-SGD stages of federated MAML (RDP-PFL, paper 003, Sec. III-A,
+  Eqs. 6-11: each of the tau0 local epochs of a round releases one Poisson-subsampled
+  Gaussian of each).
+
+  Every release of a spec shares its sampler, neighbouring relation and privacy unit
+  (`PrivacySpec`); its event is `fedjax_dp.privacy.events.make_dp_event` of
+  ``(z * event_scale, sampling_rate, steps)`` with ``z`` the algorithm's noise-multiplier
+  hyper-parameter.
+
+  Attributes:
+    name: a lowercase identifier (``[a-z][a-z0-9_]*``), unique within the spec; the
+      release's record fields are ``{name}_noise_multiplier`` etc.
+      (`fedjax_dp.privacy.multi_release.release_field`).
+    sampling_rate: q in (0, 1] of this release's Poisson draw (the record rate of a
+      DP-SGD stage).
+    steps: noisy releases of this kind per round (int >= 1; e.g. tau0 local epochs).
+    event_scale: this release's noise multiplier is ``z * event_scale`` (> 0;
+      ``clip_norm / sensitivity``, 1 when the noise std is ``z`` times the
+      sensitivity).
+    truncation: a `fedjax_dp.privacy.events.Truncation` when this release's Poisson
+      draws are padded to a static cap (its probability is added to delta), or None.
+
+  Raises:
+    FedJaxDpError: on construction, for a value out of range; a name that is not a
+      lowercase identifier or whose record fields would clash with a standard field.
+  """
+  name: str
+  sampling_rate: float
+  steps: int
+  event_scale: float = 1.0
+  truncation: Optional[events.Truncation] = None
+
+  def __post_init__(self):
+    check_release_name(self.name, "Release.name")
+    disclosure.release_labels([self.name])  # refuses names whose fields clash
+    object.__setattr__(self, "sampling_rate",
+                       check_probability("Release.sampling_rate", self.sampling_rate))
+    object.__setattr__(self, "steps", check_int("Release.steps", self.steps, minimum=1))
+    object.__setattr__(self, "event_scale",
+                       check_positive("Release.event_scale", self.event_scale))
+    object.__setattr__(self, "truncation", _check_truncation(self.truncation))
+
+  def dp_event(self, noise_multiplier: float, sampler: str = "poisson",
+               population_size: Optional[int] = None,
+               cohort_size: Optional[int] = None) -> dp_accounting.DpEvent:
+    """The `DpEvent` of this release in one round whose noise-multiplier
+    hyper-parameter is ``noise_multiplier`` (`make_dp_event` of
+    ``(noise_multiplier * event_scale, sampling_rate, steps)``)."""
+    return events.make_dp_event(noise_multiplier * self.event_scale, self.sampling_rate,
+                                self.steps, sampler, population_size, cohort_size)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,21 +83,32 @@ class PrivacySpec:
   sensitivity under ``relation`` (`fedjax_dp.federated.round.RoundMetrics`); the ledger
   made by `make_ledger` composes exactly those numbers.
 
+  Several releases per round (``releases``, e.g. federated MAML's inner and outer DP-SGD
+  stages) are first-class: each `Release` has its own sampling rate, steps, event scale
+  and truncation, all share ``unit``, ``relation`` and ``sampler`` (the neighbouring
+  relation every release's sensitivity is computed under, so that their composition is
+  a guarantee for one protected unit), the round reports each release's numbers
+  (`RoundMetrics.releases`) and `make_ledger` gives a
+  `fedjax_dp.privacy.multi_release.MultiReleaseLedger` composing them all.
+
   Attributes:
     unit: ``"user-level"`` (a client's whole data) or ``"record-level"`` (one example).
     relation: the neighbouring relation, one of
       `fedjax_dp.privacy.sensitivity.RELATIONS` (``"add_remove"``, ``"zero_out"``,
       ``"replace_one"``); must fit ``sampler``.
     sampler: ``"poisson"`` or ``"fixed_size"`` (selects the DpEvent).
-    sampling_rate: q of the event (the record rate for local DP-SGD).
-    steps: noisy releases per round (local DP-SGD steps; 1 at user level).
+    sampling_rate: q of the event (the record rate for local DP-SGD); with
+      ``releases``, unused (left at 1.0).
+    steps: noisy releases per round (local DP-SGD steps; 1 at user level); with
+      ``releases``, unused (left at 1).
     population_size, cohort_size: n and m of a fixed-size sampler (None for Poisson).
     truncation: a `fedjax_dp.privacy.events.Truncation` when the event's Poisson
-      draws are padded to a static cap (its probability is added to delta), or None.
+      draws are padded to a static cap (its probability is added to delta), or None;
+      with ``releases``, unused (None: each release has its own).
     event_scale: the algorithm's noise-multiplier hyper-parameter times this is the
       event's noise multiplier (``clip_norm / sensitivity``: 1/2 for a fixed-size
       cohort's sum of clipped updates, 1 otherwise); what `round_event` and
-      calibration use.
+      calibration use. With ``releases``, unused (left at 1.0).
     per_client: True when noise multipliers differ by client (`make_ledger` then gives
       a `fedjax_dp.privacy.per_client.PerClientLedger` over ``num_clients``).
     num_clients: N (per-client accounting only).
@@ -46,6 +116,15 @@ class PrivacySpec:
     clip_norm: the bound the code enforces on what is released (parameter units), or
       None; ``clipped`` says what it bounds (each client's update, each example's
       gradient, a client's parameters, ...). Reported in summary.json as used.
+    releases: None (one release per round, described by ``sampling_rate``, ``steps``,
+      ``truncation``, ``event_scale``), or a non-empty tuple of `Release` with distinct
+      names: every round makes each of them (they then replace those four fields,
+      which must stay at their defaults). Not combinable with ``per_client``.
+
+  Raises:
+    FedJaxDpError: on construction: an unknown unit, a relation that does not fit the
+      sampler, or ``releases`` that are not distinct `Release`s, combined with
+      ``per_client`` or with the single-release fields set.
   """
   unit: str
   relation: str
@@ -61,10 +140,49 @@ class PrivacySpec:
   note: str = ""
   clip_norm: Optional[float] = None
   clipped: str = ""
+  releases: Optional[Tuple[Release, ...]] = None
 
   def __post_init__(self):
     check_choice("unit", self.unit, ("user-level", "record-level"))
     events.neighboring_relation(self.sampler, None, self.relation)  # the pairing
+    if self.releases is not None:
+      self._check_releases()
+
+  def _check_releases(self) -> None:
+    releases = self.releases
+    if isinstance(releases, Release) or not isinstance(releases, (list, tuple)):
+      raise FedJaxDpError(f"releases must be a tuple of Release (or None), got "
+                          f"{releases!r}.", option="releases")
+    releases = tuple(releases)
+    object.__setattr__(self, "releases", releases)
+    if not releases:
+      raise FedJaxDpError("releases must hold at least one Release (or be None), got ().",
+                          option="releases")
+    bad = [r for r in releases if not isinstance(r, Release)]
+    if bad:
+      raise FedJaxDpError(f"releases must hold Release objects, got {bad[0]!r}.",
+                          option="releases")
+    names = [r.name for r in releases]
+    if len(set(names)) != len(names):
+      raise FedJaxDpError(f"releases must have distinct names, got {names!r}.",
+                          option="releases")
+    if self.per_client:
+      raise FedJaxDpError("releases cannot be combined with per_client=True (per-client "
+                          "accounting of several releases per round is not supported).",
+                          option="releases")
+    single = {"sampling_rate": (self.sampling_rate, 1.0), "steps": (self.steps, 1),
+              "truncation": (self.truncation, None), "event_scale": (self.event_scale, 1.0)}
+    set_ = [f"{k}={v!r}" for k, (v, default) in single.items() if v != default]
+    if set_:
+      raise FedJaxDpError(
+          f"with releases, PrivacySpec's own sampling_rate, steps, truncation and "
+          f"event_scale are unused (each Release has its own) and must stay at their "
+          f"defaults; got {', '.join(set_)}.", option="releases")
+
+  @property
+  def release_names(self) -> Optional[Tuple[str, ...]]:
+    """The releases' names, or None for a single release per round."""
+    return None if self.releases is None else tuple(r.name for r in self.releases)
 
   @property
   def neighboring(self) -> str:
@@ -78,8 +196,15 @@ class PrivacySpec:
                 privacy_unit=self.unit, truncation=self.truncation)
 
   def make_ledger(self, delta: float):
-    """An empty ledger for this mechanism's rounds: a `PrivacyLedger`, or a
-    `PerClientLedger` when ``per_client``."""
+    """An empty ledger for this mechanism's rounds: a `PrivacyLedger`, a
+    `PerClientLedger` when ``per_client``, or a `MultiReleaseLedger` (one ledger per
+    release, each with its own truncation) with ``releases``."""
+    if self.releases is not None:
+      kwargs = self.ledger_kwargs()
+      del kwargs["truncation"]
+      return MultiReleaseLedger(self.release_names, delta,
+                                truncations={r.name: r.truncation for r in self.releases},
+                                **kwargs)
     if self.per_client:
       from fedjax_dp.privacy.per_client import PerClientLedger
       return PerClientLedger(self.num_clients, delta, **self.ledger_kwargs())
@@ -88,7 +213,15 @@ class PrivacySpec:
   def round_event(self, noise_multiplier: float):
     """The planned `DpEvent` of one round whose noise-multiplier hyper-parameter is
     ``noise_multiplier`` (for calibration and the budget guard; the ledger composes the
-    rounds' reported values, which a test checks against this)."""
+    rounds' reported values, which a test checks against this).
+
+    With ``releases``: ``ComposedDpEvent([release.dp_event(z, sampler, ...), ...])``,
+    every release's ``make_dp_event(z * event_scale, sampling_rate, steps)`` under the
+    spec's sampler (and sizes), composed."""
+    if self.releases is not None:
+      return dp_accounting.ComposedDpEvent(
+          [r.dp_event(noise_multiplier, self.sampler, self.population_size,
+                      self.cohort_size) for r in self.releases])
     return events.make_dp_event(
         noise_multiplier * self.event_scale, self.sampling_rate, self.steps, self.sampler,
         self.population_size, self.cohort_size)

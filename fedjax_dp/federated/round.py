@@ -108,11 +108,25 @@ class RoundMetrics(NamedTuple):
 
   ``noise_multiplier``, ``sampling_rate`` and ``dp_steps`` are what the ledger composes:
   for user-level DP the round's (``noise_stddev / sensitivity``, q, 1) under
-  `round_relation` (q = 1 where amplification is not claimed, `amplified`); for record-level DP the local DP-SGD (z_r, q_r, local steps) under
-  add/remove of one record. With per-client noise multipliers, ``noise_multiplier`` is
+  `round_relation` (q = 1 where amplification is not claimed, `amplified`); for
+  record-level DP the local DP-SGD (z_r, q_r, local steps) under add/remove of one
+  record. With per-client noise multipliers, ``noise_multiplier`` is
   the smallest over the *population* (the worst client, whether sampled or not) and
   ``client_noise_multipliers`` holds every client's ``[num_clients]`` (None otherwise).
   ``sensitivity`` is the L2 sensitivity the noise multiplier is relative to.
+
+  Several releases per round (`fedjax_dp.algorithms.base.PrivacySpec.releases`, e.g.
+  federated MAML's inner and outer DP-SGD stages): ``releases`` maps each release's
+  name to a dict with the keys ``noise_multiplier`` (z of its event, ``noise_stddev /
+  sensitivity``), ``sampling_rate``, ``dp_steps`` (int32), ``noise_stddev`` and
+  ``sensitivity``, scalars (``[rounds]`` after the driver's scan); the ledger
+  (`fedjax_dp.privacy.multi_release.MultiReleaseLedger`) composes those. The round's
+  top-level ``noise_multiplier`` is then the smallest of the releases', its
+  ``sampling_rate`` the largest and its ``dp_steps`` the total: a summary for reading,
+  not what is accounted. None (the default) for one release per round.
+  ``extras`` maps names to float32 scalars: an algorithm's own per-round metrics (it
+  labels them for disclosure in its ``metric_labels``); None by default. The driver
+  writes both into each record (`fedjax_dp.federated.driver.metrics_to_records`).
   """
   round: jax.Array
   train_loss: jax.Array
@@ -133,6 +147,8 @@ class RoundMetrics(NamedTuple):
   server_noise_stddev: jax.Array
   sensitivity: jax.Array
   client_noise_multipliers: Any = None
+  releases: Any = None
+  extras: Any = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,12 +13,19 @@ unclassified. ``fedjax-dp run --dp-metrics-only`` writes only the ``"dp"`` and
 * ``"dp"``: post-processing of what the mechanism released (the noisy aggregate, the
   model), possibly with data outside the protected population (a central test set).
 * ``"diagnostic"``: computed from the clients' raw data; NOT covered by epsilon.
+
+Several releases per round (`fedjax_dp.privacy.multi_release`): each release's fields
+(``{name}_noise_multiplier``, ..., ``{name}_truncation_cap``, ...) are accounting
+parameters; `release_labels` labels them, and an algorithm with releases adds those
+labels to its ``metric_labels``.
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Mapping, Tuple
 
+from fedjax_dp.privacy.multi_release import (RELEASE_METRICS, RELEASE_TRUNCATION_FIELDS,
+                                             check_release_name, release_field)
 from fedjax_dp.validation import FedJaxDpError
 
 PUBLIC, DP, DIAGNOSTIC = "public", "dp", "diagnostic"
@@ -60,6 +67,8 @@ LABELS: Dict[str, Tuple[str, str]] = {
     "truncation_population_size": (PUBLIC, ACCOUNTING),
     "truncation_cap": (PUBLIC, ACCOUNTING),
     "truncation_draws_per_step": (PUBLIC, ACCOUNTING),
+    "releases": (PUBLIC, "accounting parameter (the names of the releases composed each "
+                 "round): no client data"),
     "noise_multiplier_conditional": (PUBLIC, ACCOUNTING),
     "epsilon_paper": (PUBLIC, ACCOUNTING),
     "test_loss": (DP, "the DP model evaluated on a central test set outside the clients' "
@@ -71,6 +80,36 @@ LABELS: Dict[str, Tuple[str, str]] = {
 }
 
 _TEST_FIELDS = ("test_loss", "test_accuracy")
+
+
+def release_labels(names: Iterable[str]) -> Dict[str, Tuple[str, str]]:
+  """Labels of every per-release field of the releases ``names``: for each name, the
+  metrics ``{name}_{m}`` (m in `RELEASE_METRICS`: noise multiplier, sampling rate, DP
+  steps, noise std, sensitivity) and the truncation fields ``{name}_truncation_{f}``
+  (f in `RELEASE_TRUNCATION_FIELDS`), all public accounting parameters (computed from
+  the configuration, never from client data). An algorithm with releases adds them to
+  its ``metric_labels``.
+
+  Returns:
+    ``{field: (PUBLIC, why)}``.
+
+  Raises:
+    FedJaxDpError: a name that is not a lowercase identifier, or whose fields would
+      clash with a field of `LABELS` (e.g. ``"server"`` and ``server_noise_stddev``).
+  """
+  out: Dict[str, Tuple[str, str]] = {}
+  for name in names:
+    check_release_name(name, "names")
+    why = f"accounting parameter of release {name!r}: no client data"
+    fields = [release_field(name, m) for m in RELEASE_METRICS] + [
+        release_field(name, "truncation_" + f) for f in RELEASE_TRUNCATION_FIELDS]
+    clash = [f for f in fields if f in LABELS]
+    if clash:
+      raise FedJaxDpError(f"release name {name!r} gives the record field(s) {clash!r}, "
+                          "which are standard fields; choose another name.",
+                          option="names")
+    out.update({f: (PUBLIC, why) for f in fields})
+  return out
 
 
 def label(field: str, labels: Mapping[str, Tuple[str, str]] = LABELS) -> Tuple[str, str]:

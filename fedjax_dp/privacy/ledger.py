@@ -241,6 +241,7 @@ class PrivacyLedger:
     # RDP caches.
     self._nonconvergence_reported = False
     self._history: Dict[float, List[float]] = {}
+    self._rdp_rows: List[np.ndarray] = []  # cumulative RDP after each round
     # PLD caches: accountant holding runs[:n_prefix], and results per (delta, version).
     self._pld_prefix: Optional[dp_accounting.PrivacyAccountant] = None
     self._pld_prefix_runs = 0
@@ -460,6 +461,42 @@ class PrivacyLedger:
         total += (run.count * steps) * vec
         first = end
     return np.asarray(hist[start:self._num_rounds], dtype=np.float64)
+
+  def rdp_history(self, start: int = 0) -> np.ndarray:
+    """Cumulative RDP at `orders` after each recorded round ``start, ..., num_rounds - 1``.
+
+    Row ``t`` is the RDP of rounds ``0..t`` composed (RDP composes additively, Mironov
+    2017, arXiv:1702.07476, Prop. 1), with the same arithmetic as `epsilon_history`, so
+    the last row equals `rdp()` exactly. Computed incrementally and cached (one row of
+    ``len(orders)`` floats per round). Several ledgers whose rounds are composed
+    together (`fedjax_dp.privacy.multi_release.MultiReleaseLedger`) add their rows.
+
+    Args:
+      start: first round to return (0 <= start <= num_rounds).
+
+    Returns:
+      float64 array ``[num_rounds - start, len(orders)]`` (a new array), non-decreasing
+      down each column.
+
+    Raises:
+      FedJaxDpError: invalid ``start``.
+    """
+    start = check_int("start", start, minimum=0, maximum=self._num_rounds)
+    rows = self._rdp_rows
+    if len(rows) < self._num_rounds:
+      total = np.zeros(len(self._orders), dtype=np.float64)
+      first = 0  # index of the run's first round
+      for run in self._runs:
+        vec, steps = self._run_rdp(run)
+        for k in range(max(len(rows) - first, 0) + 1, run.count + 1):
+          row = total + (k * steps) * vec
+          row.setflags(write=False)
+          rows.append(row)
+        total += (run.count * steps) * vec
+        first += run.count
+    if start == self._num_rounds:
+      return np.zeros((0, len(self._orders)), dtype=np.float64)
+    return np.stack(rows[start:self._num_rounds])
 
   # -- PLD -------------------------------------------------------------------
 

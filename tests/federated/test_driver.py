@@ -3,6 +3,8 @@
 import warnings
 
 import chex
+import dp_accounting
+from dp_accounting import rdp as dp_rdp
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,10 +15,14 @@ from fedjax_dp.algorithms import dp_fedavg
 from fedjax_dp.federated import server
 from fedjax_dp.federated.client import ClientHParams, ClientMetrics
 from fedjax_dp.federated.driver import (constant_schedule, make_block_fn,
-                                        make_device_evaluator, make_evaluator, run_rounds)
-from fedjax_dp.federated.round import PopulationData, RoundConfig, RoundHParams, make_round
+                                        make_device_evaluator, make_evaluator,
+                                        metrics_to_records, run_rounds)
+from fedjax_dp.federated.round import (PopulationData, RoundConfig, RoundHParams,
+                                       RoundMetrics, make_round)
 from fedjax_dp.federated.sampling import PoissonSampler
 from fedjax_dp.models import create_model
+from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.privacy.multi_release import MultiReleaseLedger
 from fedjax_dp.validation import FedJaxDpError
 
 REQUIRED_KEYS = {"round", "train_loss", "noise_multiplier", "sampling_rate", "dp_steps",
@@ -270,3 +276,121 @@ def test_device_evaluation_inside_the_compiled_block(setup):
                evaluate=setup["evaluate"], device_evaluator=dev)
   with pytest.raises(FedJaxDpError, match="test set"):
     make_device_evaluator(model, fd.test_x[:0], fd.test_y[:0])
+
+
+# --- Several releases per round (stub round) ------------------------------------------
+
+_RELEASES = {"inner": (0.1, 2), "outer": (0.05, 3)}  # name -> (q, steps)
+
+
+def _scalar_metrics(z, round_, **kw):
+  """A `RoundMetrics` of scalars (the per-round fields a round reports)."""
+  f, i = jnp.zeros((), jnp.float32), jnp.zeros((), jnp.int32)
+  return RoundMetrics(
+      round=round_, train_loss=f, num_clients=i, num_sampled=i, num_truncated=i,
+      clip_fraction=f, mean_update_norm=f, max_update_norm=f, nonfinite_updates=i,
+      noise_multiplier=z, noise_stddev=2.0 * z, sampling_rate=jnp.float32(0.1),
+      dp_steps=jnp.int32(5), example_clip_fraction=f, batch_truncated=i,
+      aggregate_norm=f, server_noise_stddev=f, sensitivity=jnp.float32(2.0), **kw)
+
+
+def _two_release_round(state, data, hp, key):
+  """A round releasing an inner and an outer DP-SGD stage: the outer stage's noise
+  multiplier is twice the inner's (its own event scale)."""
+  del data, key
+  z = jnp.asarray(hp.noise_multiplier, jnp.float32)
+  releases = {}
+  for k, (name, (q, steps)) in enumerate(_RELEASES.items()):
+    zk = z * (k + 1)
+    releases[name] = {"noise_multiplier": zk, "sampling_rate": jnp.float32(q),
+                      "dp_steps": jnp.int32(steps), "noise_stddev": 2.0 * zk,
+                      "sensitivity": jnp.float32(2.0)}
+  extras = {"meta_loss": 3.0 * z, "support_batches": jnp.int32(7) + state.round}
+  metrics = _scalar_metrics(z, state.round, releases=releases, extras=extras)
+  return state._replace(round=state.round + 1), metrics
+
+
+def test_run_rounds_accounts_for_every_release():
+  opt = optax.sgd(1.0)
+  state = server.init_server_state({"w": jnp.zeros(3)}, opt)
+  zs = np.array([1.0, 1.2, 1.2, 1.5, 2.0], np.float32)
+  sched = RoundHParams(np.ones(5, np.float32), zs, np.full(5, 0.5, np.float32),
+                       constant_schedule(ClientHParams(), 5))
+  ledger = MultiReleaseLedger(["inner", "outer"], 1e-5)
+  _, recs = run_rounds(_two_release_round, state, _population(4), sched,
+                       jax.random.key(0), rounds=5, block_size=2, ledger=ledger)
+  assert ledger.num_rounds == 5
+  for t, r in enumerate(recs):
+    assert r["inner_noise_multiplier"] == float(zs[t])
+    assert r["outer_noise_multiplier"] == float(np.float32(2) * zs[t])
+    assert r["inner_sampling_rate"] == float(np.float32(0.1))
+    assert r["outer_sampling_rate"] == float(np.float32(0.05))
+    assert r["inner_dp_steps"] == 2 and r["outer_dp_steps"] == 3
+    assert type(r["outer_dp_steps"]) is int
+    assert r["outer_noise_stddev"] == pytest.approx(4 * zs[t], rel=1e-6)
+    assert r["inner_sensitivity"] == 2.0
+    assert r["meta_loss"] == pytest.approx(3 * zs[t], rel=1e-6)
+    assert r["support_batches"] == 7 + t and type(r["support_batches"]) is int
+    assert r["dp_steps"] == 5 and "releases" not in r and "extras" not in r
+  # The record's epsilon: every release of every round so far, composed.
+  g = lambda z, q: dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(z))
+  # The ledger accounts for the float32 values the round reported, exactly.
+  events = [dp_accounting.SelfComposedDpEvent(
+      g(float(np.float32(k + 1) * z), float(np.float32(q))), steps)
+            for z in zs for k, (q, steps) in enumerate(_RELEASES.values())]
+  ref = dp_rdp.RdpAccountant(
+      neighboring_relation=dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE).compose(
+          dp_accounting.ComposedDpEvent(events)).get_epsilon(1e-5)
+  assert recs[-1]["epsilon"] == pytest.approx(ref, rel=1e-9)
+  np.testing.assert_array_equal([r["epsilon"] for r in recs], ledger.epsilon_history())
+  assert all(a < b for a, b in zip([r["epsilon"] for r in recs],
+                                   [r["epsilon"] for r in recs][1:]))
+
+
+def test_mixing_ledger_kinds_is_refused():
+  opt = optax.sgd(1.0)
+  state = server.init_server_state({"w": jnp.zeros(3)}, opt)
+  sched = constant_schedule(RoundHParams(1.0, 1.0, 0.5), 2)
+  with pytest.raises(FedJaxDpError, match="MultiReleaseLedger"):
+    run_rounds(_two_release_round, state, _population(4), sched, jax.random.key(0),
+               rounds=2, ledger=PrivacyLedger(1e-5))
+  plain = make_round(_zero_client, PoissonSampler.create(4, 0.5), opt,
+                     RoundConfig(population_weight=4.0))
+  multi = MultiReleaseLedger(["inner", "outer"], 1e-5)
+  with pytest.raises(FedJaxDpError, match="no RoundMetrics.releases"):
+    run_rounds(plain, state, _population(4), sched, jax.random.key(0), rounds=2,
+               ledger=multi)
+  assert multi.num_rounds == 0
+  # A ledger of other releases than the round's: the ledger names the mismatch.
+  other = MultiReleaseLedger(["inner", "query"], 1e-5)
+  with pytest.raises(FedJaxDpError, match=r"missing \['query'\]"):
+    run_rounds(_two_release_round, state, _population(4), sched, jax.random.key(0),
+               rounds=2, ledger=other)
+  assert other.num_rounds == 0
+
+
+def test_metrics_to_records_checks_releases_and_extras():
+  z = np.float32([1.0, 2.0])
+
+  def stacked(**kw):  # as after the driver's scan: every leaf [2]
+    return jax.tree_util.tree_map(lambda a: np.broadcast_to(np.asarray(a), (2,)),
+                                  _scalar_metrics(z, np.arange(2), **kw))
+
+  rel = {"noise_multiplier": z, "sampling_rate": z / 10, "dp_steps": np.int32([1, 1]),
+         "noise_stddev": z, "sensitivity": np.float32([1.0, 1.0])}
+  recs = metrics_to_records(stacked(releases={"a": rel}, extras={"x": z}))
+  assert [r["a_noise_multiplier"] for r in recs] == [1.0, 2.0]
+  assert [r["a_dp_steps"] for r in recs] == [1, 1]
+  assert [r["x"] for r in recs] == [1.0, 2.0]
+  # Without releases and extras: exactly the fields of before.
+  assert set(metrics_to_records(stacked())[0]) == set(RoundMetrics._fields) - {
+      "client_noise_multipliers", "releases", "extras"}
+  bad = [({"a": {k: v for k, v in rel.items() if k != "sensitivity"}}, None,
+          "exactly the keys"),
+         ({"A": rel}, None, "lowercase identifier"),
+         (None, {"train_loss": z}, "train_loss"),
+         (None, {"epsilon": z}, "standard field"),  # the driver writes epsilon
+         ({"a": rel}, {"a_noise_multiplier": z}, "a_noise_multiplier")]
+  for releases, extras, match in bad:
+    with pytest.raises(FedJaxDpError, match=match):
+      metrics_to_records(stacked(releases=releases, extras=extras))
