@@ -217,6 +217,9 @@ class FederatedAlgorithm:
       or adds none).
     default_noise_multiplier: z when that option and ``--target-epsilon`` are not
       given.
+    default_target_epsilon: instead of a default z, the epsilon z is calibrated to
+      when neither the option nor ``--target-epsilon`` is given (None: use
+      ``default_noise_multiplier``).
     function: the plain functional builder (``fn(model, data, **kwargs) ->
       Algorithm``) for researchers' own code.
     metric_labels: ``{field: (kind, why)}``: the disclosure label
@@ -231,6 +234,7 @@ class FederatedAlgorithm:
   default_dataset: ClassVar[str] = "har"
   noise_multiplier_option: ClassVar[Optional[str]] = None
   default_noise_multiplier: ClassVar[Optional[float]] = None
+  default_target_epsilon: ClassVar[Optional[float]] = None
   function: ClassVar[Any] = None
   metric_labels: ClassVar[Dict[str, Tuple[str, str]]] = {}
   from_test_metrics: ClassVar[Tuple[str, ...]] = ()
@@ -267,6 +271,19 @@ class FederatedAlgorithm:
     return dataclasses.replace(
         alg, hparams=alg.hparams._replace(noise_multiplier=z),
         config={**alg.config, "noise_multiplier": _plain(z)})
+
+  def calibrates(self, options) -> bool:
+    """Whether a run with ``options`` adds noise whose multiplier may be calibrated
+    (`default_target_epsilon` applies only then). Default: True."""
+    return True
+
+  def evaluator(self, alg: Algorithm, setup: Setup):
+    """The run's evaluation inside the compiled rounds: a
+    `fedjax_dp.federated.driver.DeviceEvaluator` whose ``names`` start with ``"loss"``
+    and ``"accuracy"`` (records get ``test_<name>``; the first two are the run's test
+    loss and accuracy), e.g. personalised accuracy of clients after adaptation; None
+    (default): the dataset's central test set (or the clients' data without one)."""
+    return None
 
   def controller(self, alg: Algorithm, setup: Setup, eval_every: int) -> Controller:
     """The run's host-side `Controller` (default: constant hyper-parameters, over the

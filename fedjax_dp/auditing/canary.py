@@ -44,6 +44,9 @@ from fedjax_dp.validation import check_int, check_probability
 #: Metrics every audited round reports that the claims read.
 CLAIM_FIELDS = ("noise_multiplier", "sampling_rate", "dp_steps", "num_clients",
                 "noise_stddev", "sensitivity")
+#: What a round with several releases (`RoundMetrics.releases`) reports per release,
+#: as ``{release}_{field}``.
+RELEASE_FIELDS = ("noise_multiplier", "sampling_rate", "dp_steps")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +131,8 @@ def _simulator(round_fn: Callable, rounds: int) -> Callable:
       out = {f: getattr(m, f) for f in CLAIM_FIELDS}
       if m.client_noise_multipliers is not None:
         out["client_noise_multipliers"] = m.client_noise_multipliers
+      for name, fields in (m.releases or {}).items():  # several releases per round
+        out.update({f"{name}_{f}": fields[f] for f in RELEASE_FIELDS})
       return new, (after - before, out)
 
     _, (changes, metrics) = jax.lax.scan(body, init, hp)
@@ -269,11 +274,19 @@ def ledger_claim(make_ledger: Callable[[], Any],
                    else metrics["noise_multiplier"], np.float64)
     q = np.asarray(metrics["sampling_rate"], np.float64)
     steps = np.asarray(metrics["dp_steps"], np.float64)
-    rows = np.concatenate([z.reshape(z.shape[0], -1), q, steps], axis=1)
+    extra = [np.asarray(metrics[k], np.float64) for k in sorted(metrics)
+             if k.endswith(tuple(f"_{f}" for f in RELEASE_FIELDS))]
+    rows = np.concatenate([z.reshape(z.shape[0], -1), q, steps] + extra, axis=1)
     _, first, inverse = np.unique(rows, axis=0, return_index=True, return_inverse=True)
     eps_of = np.empty(first.shape[0])
     for i, r in enumerate(first):
       ledger = make_ledger()
+      if hasattr(ledger, "release_names"):  # several releases per round
+        fields = [{n: np.asarray(metrics[f"{n}_{f}"], np.float64)[r]
+                   for n in ledger.release_names} for f in RELEASE_FIELDS]
+        ledger.record_many(*fields)
+        eps_of[i] = ledger.epsilon(accountant="pld" if ledger.supports("pld") else "rdp")
+        continue
       if per_client:
         ledger.record_many(z[r], q[r], steps[r])
         single = (ledger.ledger_of(client) if client is not None

@@ -47,7 +47,8 @@ import jax.numpy as jnp
 import optax
 from scipy import stats
 
-from fedjax_dp.privacy import clipping, noise, per_example
+from fedjax_dp.privacy import clipping, per_example
+from fedjax_dp.privacy import dp_sgd as dp_sgd_lib
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_probability)
 
@@ -349,53 +350,23 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     denom = jnp.asarray(hparams.record_denominator, jnp.float32)
     lr = _learning_rate(hparams)
 
-    def rows_sum(params, idx, mask, c):
-      """Clipped gradient sum and (loss sum, rows, clipped rows, non-finite rows)."""
-      out = per_example.clipped_grad_sum(model, params, x[idx], y[idx], mask, c,
-                                         method=per_example_method)
-      return out.total, (jnp.sum(out.loss * mask), jnp.sum(mask),
-                         jnp.sum((out.norms > c) * mask),
-                         jnp.sum((~out.finite) * mask).astype(jnp.int32))
-
-    def clipped_sum_of_draw(params, idx, num, c):
-      """The draw's ``num`` rows (``idx[:num]``): in one padded pass, or in as many
-      micro-batches as they fill (`DpSgdConfig.micro_batch_size`)."""
-      m = dp_sgd.micro_batch_size
-      if m is None:
-        return rows_sum(params, idx, (jnp.arange(bmax) < num).astype(jnp.float32), c)
-      n_micro = -(-bmax // m)
-      idx = jnp.pad(idx, (0, n_micro * m - bmax))
-
-      def body(carry):
-        j, total, st = carry
-        rows = j * m + jnp.arange(m)
-        g, s_ = rows_sum(params, jax.lax.dynamic_slice(idx, (j * m,), (m,)),
-                         (rows < num).astype(jnp.float32), c)
-        return (j + 1, jax.tree_util.tree_map(jnp.add, total, g),
-                tuple(a + b for a, b in zip(st, s_)))
-
-      zero = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()), jnp.zeros((), jnp.int32))
-      init = (jnp.zeros((), jnp.int32), jax.tree_util.tree_map(jnp.zeros_like, params), zero)
-      _, total, st = jax.lax.while_loop(lambda cr: cr[0] * m < num, body, init)
-      return total, st
+    def clipped_grads(params, xb, yb, weights, c):
+      return per_example.clipped_grad_sum(model, params, xb, yb, weights, c,
+                                          method=per_example_method)
 
     def step(carry, s):
       params, opt_state, loss_sum, seen, clipped_n, trunc, nonfinite = carry
-      k_sel, k_noise = jax.random.split(jax.random.fold_in(key, s))
-      sel = valid & (jax.random.uniform(k_sel, (max_n,)) < q)
-      num = jnp.sum(sel, dtype=jnp.int32)
-      (idx,) = jnp.nonzero(sel, size=bmax, fill_value=0)
-      g_sum, stats_ = clipped_sum_of_draw(params, idx, jnp.minimum(num, bmax), c)
-      g_noisy = noise.add_gaussian_noise(k_noise, g_sum, z * c)
+      g_noisy, st = dp_sgd_lib.noisy_clipped_sum(
+          jax.random.fold_in(key, s), clipped_grads, params, x, y, valid, q, c, z,
+          max_batch_size=bmax, micro_batch_size=dp_sgd.micro_batch_size)
       grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
       # Every client steps, an empty one too (pure noise): whether a step happens must
       # not depend on the client's records.
       params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True), lr,
                                        hparams.param_clip_norm)
-      l_sum, n_seen, n_clipped, n_nonfinite = stats_
-      return (params_new, opt_state, loss_sum + l_sum, seen + n_seen,
-              clipped_n + n_clipped, trunc + jnp.maximum(num - bmax, 0),
-              nonfinite + n_nonfinite), None
+      return (params_new, opt_state, loss_sum + st.loss_sum, seen + st.rows,
+              clipped_n + st.clipped, trunc + st.truncated,
+              nonfinite + st.nonfinite), None
 
     init = (params0, optimizer.init(params0), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()),
             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))

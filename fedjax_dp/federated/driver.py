@@ -22,6 +22,9 @@ import numpy as np
 from fedjax_dp.federated.population import check_population
 from fedjax_dp.federated.round import PopulationData, RoundHParams, RoundMetrics
 from fedjax_dp.federated.server import ServerState
+from fedjax_dp.privacy import disclosure
+from fedjax_dp.privacy.multi_release import (RELEASE_METRICS, check_release_name,
+                                             release_field)
 from fedjax_dp.validation import FedJaxDpError, check_int
 
 PyTree = Any
@@ -29,10 +32,12 @@ PyTree = Any
 
 class DeviceEvaluator(NamedTuple):
   """A test set resident on the device and the jittable ``fn(params, data) -> (loss,
-  accuracy)`` that reduces over it (`make_device_evaluator`). Passed to
-  `make_block_fn` / `run_rounds`, it evaluates *inside* the compiled block."""
+  accuracy, ...)`` that reduces over it (`make_device_evaluator`), one float32 scalar
+  per entry of ``names`` (records get ``test_<name>``). Passed to `make_block_fn` /
+  `run_rounds`, it evaluates *inside* the compiled block."""
   fn: Callable
   data: Any
+  names: tuple = ("loss", "accuracy")
 
 
 def make_block_fn(round_fn: Callable, evaluator: Optional[DeviceEvaluator] = None) -> Callable:
@@ -62,7 +67,7 @@ def make_block_fn(round_fn: Callable, evaluator: Optional[DeviceEvaluator] = Non
       s, m = round_fn(s, data, hp, root_key)
       res = jax.lax.cond(do_eval, lambda p: tuple(
           jnp.asarray(v, jnp.float32) for v in evaluator.fn(p, eval_data)),
-                         lambda p: (nan, nan), s.params)
+                         lambda p: (nan,) * len(evaluator.names), s.params)
       return s, (m, res)
 
     return jax.lax.scan(body, state, (hp_block, eval_mask))
@@ -157,22 +162,68 @@ def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
   return DeviceEvaluator(_eval_fn(model), _padded_test_set(x, y, batch_size))
 
 
+def _host_value(x) -> Any:
+  """One round's entry of a host metric: int for integer dtypes, else float."""
+  return int(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else float(x)
+
+
+def _release_columns(releases: Any) -> Dict[str, Any]:
+  """``RoundMetrics.releases`` (``{name: {metric: [L]}}``, host arrays) -> the record
+  columns ``{name}_{metric}``.
+
+  Raises:
+    FedJaxDpError: not a dict of dicts, a bad release name, or a release whose keys are
+      not exactly `fedjax_dp.privacy.multi_release.RELEASE_METRICS`.
+  """
+  if not isinstance(releases, dict) or not releases:
+    raise FedJaxDpError(f"RoundMetrics.releases must be a non-empty dict {{release name: "
+                        f"{{metric: value}}}} or None, got {type(releases).__name__}.")
+  out = {}
+  for name, metrics in releases.items():
+    check_release_name(name, "RoundMetrics.releases")
+    keys = set(metrics) if isinstance(metrics, dict) else None
+    if keys != set(RELEASE_METRICS):
+      raise FedJaxDpError(f"RoundMetrics.releases[{name!r}] must be a dict with exactly the "
+                          f"keys {list(RELEASE_METRICS)}, got "
+                          f"{sorted(keys) if keys is not None else metrics!r}.")
+    for m in RELEASE_METRICS:
+      out[release_field(name, m)] = metrics[m]
+  return out
+
+
 def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
   """Stacked device metrics ``[L]`` -> L plain-Python dicts (one host transfer).
 
   Per-client arrays (``client_noise_multipliers``, ``[L, N]``) are left out: the driver
-  hands them to the per-client ledger."""
-  host = {k: v for k, v in jax.device_get(metrics._asdict()).items()
-          if v is not None and k != "client_noise_multipliers"}
+  hands them to the per-client ledger. ``releases`` (several releases per round) is
+  flattened into the fields ``{name}_noise_multiplier``, ``{name}_sampling_rate``,
+  ``{name}_dp_steps``, ``{name}_noise_stddev``, ``{name}_sensitivity``, and ``extras``
+  into one field per name (ints stay ints, the rest are floats).
+
+  Raises:
+    FedJaxDpError: malformed ``releases`` or ``extras``, or a flattened field that
+      clashes with another field or a standard one (``epsilon``, ``test_loss``, ...).
+  """
+  host = jax.device_get(metrics._asdict())
+  releases, extras = host.pop("releases", None), host.pop("extras", None)
+  host = {k: v for k, v in host.items() if v is not None and k != "client_noise_multipliers"}
+  added = []
+  if releases is not None:
+    added.append(("RoundMetrics.releases", _release_columns(releases)))
+  if extras is not None:
+    if not isinstance(extras, dict):
+      raise FedJaxDpError(f"RoundMetrics.extras must be a dict {{name: value}} or None, got "
+                          f"{type(extras).__name__}.")
+    added.append(("RoundMetrics.extras", extras))
+  for where, columns in added:
+    for k, v in columns.items():
+      if not isinstance(k, str) or not k or k in host or k in disclosure.LABELS:
+        raise FedJaxDpError(f"{where} gives the field {k!r}, which is not a name or is "
+                            "already a field of the record (or a standard field, "
+                            "fedjax_dp.privacy.disclosure.LABELS); rename it.")
+      host[k] = v
   length = len(host["round"])
-  out = []
-  for i in range(length):
-    rec = {}
-    for k, v in host.items():
-      x = v[i]
-      rec[k] = int(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else float(x)
-    out.append(rec)
-  return out
+  return [{k: _host_value(v[i]) for k, v in host.items()} for i in range(length)]
 
 
 # Schedule leaves (by field name): what each round may hold, and whether +inf is allowed
@@ -221,6 +272,42 @@ def check_schedule(schedule: Any) -> None:
                           f"is {float(np.ravel(v)[i])!r}.")
 
 
+def _record_block(ledger, block: List[Dict[str, Any]], client_z: Any,
+                  releases: Any) -> np.ndarray:
+  """Records a block's rounds in ``ledger``; returns the epsilon after each.
+
+  A round that reports ``releases`` is recorded from its per-release fields into a
+  `fedjax_dp.privacy.multi_release.MultiReleaseLedger` (recognised by its
+  ``release_names``); any other round from its (noise_multiplier, sampling_rate,
+  dp_steps) (or its per-client noise multipliers).
+
+  Raises:
+    FedJaxDpError: a round with releases and a ledger without, or the reverse.
+  """
+  multi = hasattr(ledger, "release_names")
+  if releases is not None and not multi:
+    raise FedJaxDpError(
+        f"the round reports several releases (RoundMetrics.releases: {sorted(releases)}): "
+        "account with a fedjax_dp.privacy.multi_release.MultiReleaseLedger "
+        "(PrivacySpec(releases=...).make_ledger); a "
+        f"{type(ledger).__name__} would only see the round's summary numbers.")
+  if multi and releases is None:
+    raise FedJaxDpError(
+        f"ledger is a {type(ledger).__name__} of the releases {list(ledger.release_names)}, "
+        "but the round reports no RoundMetrics.releases: account a round with one "
+        "release with a fedjax_dp.privacy.ledger.PrivacyLedger, or make the round "
+        "report its releases.")
+  if multi:
+    def column(metric):
+      return {n: [r[release_field(n, metric)] for r in block] for n in releases}
+    return ledger.record_many(column("noise_multiplier"), column("sampling_rate"),
+                              column("dp_steps"))
+  z_block = (np.asarray(client_z, np.float64) if client_z is not None
+             else [r["noise_multiplier"] for r in block])
+  return ledger.record_many(z_block, [r["sampling_rate"] for r in block],
+                            [r["dp_steps"] for r in block])
+
+
 def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
                schedule: RoundHParams, root_key: jax.Array, *, rounds: int,
                block_size: int = 10, ledger=None,
@@ -247,7 +334,10 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       after the round is put in its record. A round with per-client noise multipliers
       (`RoundMetrics.client_noise_multipliers`) needs a
       `fedjax_dp.privacy.per_client.PerClientLedger`, which accounts for every client
-      in every round; the record's epsilon is then the worst client's.
+      in every round; the record's epsilon is then the worst client's. A round with
+      several releases (`RoundMetrics.releases`) needs a
+      `fedjax_dp.privacy.multi_release.MultiReleaseLedger`, which records each
+      release's fields; the record's epsilon is then that of all releases composed.
     evaluate: ``evaluate(params) -> {"loss", "accuracy"}`` run on the host at block
       ends, or None.
     eval_every: evaluate every this many rounds and after the last round (defaults to
@@ -268,7 +358,10 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
   Raises:
     FedJaxDpError: bad ``rounds``/``block_size``, a schedule shorter than ``rounds``
       or with invalid entries (`check_schedule`), or an inconsistent population
-      (`population.check_population`); all before anything is compiled.
+      (`population.check_population`); all before anything is compiled. After the
+      first block: a round reporting releases with a ledger that is not a
+      `MultiReleaseLedger`, or the reverse, or per-client noise multipliers without a
+      `PerClientLedger`.
   """
   rounds = check_int("rounds", rounds, minimum=1)
   block_size = check_int("block_size", block_size, minimum=1)
@@ -295,13 +388,15 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     if device_evaluator is not None:
       t = np.arange(done + 1, done + length + 1)  # rounds completed after each step
       eval_mask = (t % eval_every == 0) | (t == rounds)
-      state, (metrics, (tloss, tacc)) = block_fn(state, data, hp_block, root_key,
-                                                 eval_mask, device_evaluator.data)
+      state, (metrics, evals) = block_fn(state, data, hp_block, root_key, eval_mask,
+                                         device_evaluator.data)
       block = metrics_to_records(metrics)
       client_z = metrics.client_noise_multipliers
-      for r, do, l, a in zip(block, eval_mask, np.asarray(tloss), np.asarray(tacc)):
+      evals = [np.asarray(v) for v in evals]
+      for i, (r, do) in enumerate(zip(block, eval_mask)):
         if do:
-          r["test_loss"], r["test_accuracy"] = float(l), float(a)
+          r.update({f"test_{name}": float(v[i])
+                    for name, v in zip(device_evaluator.names, evals)})
     else:
       state, metrics = block_fn(state, data, hp_block, root_key)
       block = metrics_to_records(metrics)
@@ -314,10 +409,7 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
             "the round reports per-client noise multipliers: account with a "
             "fedjax_dp.privacy.per_client.PerClientLedger (a PrivacyLedger would only "
             "see one number per round).")
-      z_block = (np.asarray(client_z, np.float64) if client_z is not None
-                 else [r["noise_multiplier"] for r in block])
-      eps = ledger.record_many(z_block, [r["sampling_rate"] for r in block],
-                               [r["dp_steps"] for r in block])
+      eps = _record_block(ledger, block, client_z, metrics.releases)
       for r, e in zip(block, eps):
         r["epsilon"] = float(e)
     truncated = sum(r["num_truncated"] for r in block)

@@ -24,7 +24,7 @@ from fedjax_dp.validation import FedJaxDpError, check_choice
 
 Params = Any
 
-MODEL_NAMES = ("mlp", "cnn", "lenet5", "har_cnn", "linear")
+MODEL_NAMES = ("mlp", "cnn", "cnn3", "lenet5", "har_cnn", "linear")
 LOSSES = ("cross_entropy", "hinge")
 
 
@@ -95,11 +95,13 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
   Args:
     name: one of ``MODEL_NAMES``: ``"mlp"`` (hidden widths ``hidden``), ``"cnn"``
       (2-conv MNIST-style CNN, needs an image ``[H, W]`` or ``[H, W, C]``), ``"lenet5"``
-      (LeNet-5, paper 004's CNN),
+      (LeNet-5, paper 004's CNN), ``"cnn3"`` (paper 003's 3-conv CIFAR CNN; its
+      dense widths are ``hidden``, default (200, 200) -> give (128, 256) for the
+      paper's),
       ``"har_cnn"`` (1-D CNN, needs ``[T, channels]``), ``"linear"``.
     feature_shape: shape of one example.
     num_classes: number of classes (>= 2).
-    hidden: MLP hidden widths.
+    hidden: hidden dense widths of ``"mlp"`` and ``"cnn3"``.
     activation: MLP activation, ``"relu"`` or ``"linear"``.
     loss: ``"cross_entropy"`` or ``"hinge"``.
 
@@ -119,6 +121,11 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
       raise FedJaxDpError(
           f"model 'cnn' needs image features [H, W] or [H, W, C], got {feature_shape}.")
     module = modules.CNN(num_classes=num_classes)
+  elif name == "cnn3":
+    if len(feature_shape) not in (2, 3) or min(feature_shape[:2]) < 8:
+      raise FedJaxDpError(f"model 'cnn3' needs images of at least 8x8 ([H, W] or "
+                          f"[H, W, C]), got {feature_shape}.")
+    module = modules.CNN3(num_classes=num_classes, hidden=tuple(hidden))
   elif name == "lenet5":
     if len(feature_shape) not in (2, 3) or min(feature_shape[:2]) < 16:
       raise FedJaxDpError(f"model 'lenet5' needs images of at least 16x16 ([H, W] or "

@@ -80,6 +80,30 @@ class LeNet5(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class CNN3(nn.Module):
+  """The CIFAR-10 CNN of Wei et al. (paper 003, RDP-PFL, Sec. V-A): three blocks
+  conv(3x3, SAME, stride 1) -> maxpool 2x2 -> relu with 64, 128, 256 filters, then
+  dense ``hidden`` widths with relu (the paper's 128 then 256; the last one is the
+  "last FC layer" whose width the paper's Fig. 6(b) varies), dense(num_classes).
+  Padding is not stated in the paper; SAME (its implementation note, H10) gives
+  930,826 parameters on 32x32x3. Input ``[B, H, W, C]`` (``[B, H, W]`` gets C=1).
+  """
+  num_classes: int
+  features: Sequence[int] = (64, 128, 256)
+  hidden: Sequence[int] = (128, 256)
+
+  @nn.compact
+  def __call__(self, x):
+    if x.ndim == 3:
+      x = x[..., None]
+    for f in self.features:
+      x = nn.relu(max_pool(Conv(f, (3, 3), padding="SAME")(x), (2, 2)))
+    x = x.reshape((x.shape[0], -1))
+    for width in self.hidden:
+      x = nn.relu(nn.Dense(width)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
 class HARConv1D(nn.Module):
   """1-D CNN for inertial windows ``[B, T, channels]`` (e.g. HAR 128 x 6).
 

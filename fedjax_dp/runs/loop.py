@@ -78,11 +78,16 @@ def run_mesh(devices: Optional[int]):
 
 def with_default_noise_multiplier(cfg: RunConfig) -> RunConfig:
   """``cfg`` with the algorithm's default noise multiplier filled in when neither it
-  nor ``target_epsilon`` (which would calibrate it) is given."""
+  nor ``target_epsilon`` (which would calibrate it) is given; or, for an algorithm with
+  a ``default_target_epsilon``, that target epsilon (z is then calibrated to it)."""
   plugin = cfg.plugin
   name = plugin.noise_multiplier_option
   if name is None or getattr(cfg.options, name) is not None or cfg.target_epsilon is not None:
     return cfg
+  if plugin.default_target_epsilon is not None:
+    if not plugin.calibrates(cfg.options):
+      return cfg
+    return dataclasses.replace(cfg, target_epsilon=plugin.default_target_epsilon)
   return dataclasses.replace(cfg, options=dataclasses.replace(
       cfg.options, **{name: plugin.default_noise_multiplier}))
 
@@ -103,9 +108,9 @@ def make_setup(cfg: RunConfig, data=None) -> Setup:
   spec = plugin.model_spec(cfg.options, cfg)
   name = cfg.model or spec.name or DEFAULT_MODELS.get(dataset, "mlp")
   kwargs = {}
-  if name == "mlp":
+  if name in ("mlp", "cnn3"):
     kwargs = dict(spec.kwargs) if cfg.model in (None, spec.name) else {}
-    if cfg.activation is not None:
+    if cfg.activation is not None and name == "mlp":
       kwargs["activation"] = cfg.activation
     if cfg.hidden is not None:
       kwargs["hidden"] = parse_hidden(cfg.hidden)
@@ -289,13 +294,14 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
     return disclosure.released(rec, labels) if cfg.dp_metrics_only else (
         disclosure.table(rec, labels) and rec)
   # Evaluation runs inside the compiled rounds (no host round trip).
-  device_eval = make_device_evaluator(setup.model, test_x, test_y)
+  device_eval = plugin.evaluator(alg, setup) or make_device_evaluator(setup.model, test_x,
+                                                                     test_y)
   device_eval = device_eval._replace(data=sharding.replicate(device_eval.data, setup.mesh))
   eval_jit = jax.jit(device_eval.fn)
 
   def evaluate(params):
-    loss, acc = eval_jit(params, device_eval.data)
-    return {"loss": float(loss), "accuracy": float(acc)}
+    values = eval_jit(params, device_eval.data)
+    return {k: float(v) for k, v in zip(device_eval.names, values)}
 
   out = cfg.out
   metrics_file = None
@@ -466,6 +472,7 @@ def _summary(cfg, setup, alg, z, ledger, records, written, final, labels, planne
                        if guarded else None),
       "final_test_accuracy": final["accuracy"],
       "final_test_loss": final["loss"],
+      **{f"final_test_{k}": v for k, v in final.items() if k not in ("loss", "accuracy")},
       "majority_class_accuracy": data.majority_class_accuracy(),
       "epsilon": eps,
       "epsilon_rdp": eps_rdp,
