@@ -128,6 +128,10 @@ PARAMS = {
     "amplitude_varying/clipped_gradients": dict(epsilon=2.5, clients=1, k=1),
     "padpfl/paper": dict(epsilon=0.63),
     "padpfl/clipped_gradients": dict(epsilon=2.5),
+    "rdp_pfl/support": dict(stage="support", rounds=1, z=2.2, q_query=0.01,
+                            q_support=1.0, eta=1e-4, beta=1.0),
+    "rdp_pfl/query": dict(stage="query", rounds=1, z=2.2, q_query=1.0, q_support=0.01,
+                          eta=1.0, beta=1e-4),
 }
 
 
@@ -353,6 +357,48 @@ def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
 
 
 # ---------------------------------------------------------------------------
+# Paper 003: the canary is one record of a source client's support (or query) set.
+# ---------------------------------------------------------------------------
+
+def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
+                   q_support: float, eta: float, beta: float) -> Setup:
+  """One source client whose rows are zero-feature fillers (same gradient in both
+  worlds) plus the canary, a record with a large feature (its clipped gradient or
+  meta-gradient moves the model), added at the next row: a support row (``stage=
+  "support"``: the meta-gradient release, audited through the upload of
+  ``clip_mode="per_example"``) or a query row (``"query"``: the inner release, whose
+  theta~ is the upload's base in ``clip_mode="dp_fedavg"``; in MAML modes the upload
+  sees it only through theta~). Add/remove of that record. The other stage's step is
+  made tiny (eta or beta), so that the upload is the audited release itself, and its
+  sampling rate small, so that the claim (both releases composed) is mostly the
+  audited release's."""
+  from fedjax_dp.algorithms.rdp_pfl.algorithm import rdp_pfl
+  from fedjax_dp.data.federated_data import FederatedData
+  model = _model()
+  n_in = 3 if stage == "support" else 4    # rows 0, 2 support; 1, 3 query
+  x = np.zeros((1, n_in, _D), np.float32)
+  x[0, -1, 0] = 5.0
+  fd = FederatedData("audit", x, np.zeros((1, n_in), np.int32), np.array([n_in]), 2)
+  alg = rdp_pfl(model, fd, clip_norm=1.0, noise_multiplier=z, query_sampling_rate=q_query,
+                support_sampling_rate=q_support, inner_learning_rate=eta,
+                outer_learning_rate=beta,
+                clip_mode="per_example" if stage == "support" else "dp_fedavg")
+  data_in = population(x, counts=np.array([n_in]))
+  data_out = population(x, counts=np.array([n_in - 1]))
+  hp = alg.hparams
+  claim = ledger_claim(lambda: alg.privacy.make_ledger(DELTA))
+  if brk == "noise-half":  # half the noise; the claim is for the configured noise
+    hp = hp._replace(noise_multiplier=z / 2)
+    claim = ledger_claim(lambda: alg.privacy.make_ledger(DELTA), transform=lambda m: {
+        k: (np.asarray(v) * 2.0 if k.endswith("_noise_multiplier") else v)
+        for k, v in m.items()})
+  state = _zero_params(alg.init(jax.random.key(1)))
+  return Setup(alg.round_fn, alg.round_fn, data_out, data_in, state, _schedule(hp, rounds),
+               q_support if stage == "support" else q_query, claim, DELTA,
+               description=f"rdp_pfl: one {stage} record added to a source client")
+
+
+# ---------------------------------------------------------------------------
 # The registry.
 # ---------------------------------------------------------------------------
 
@@ -408,6 +454,15 @@ def _targets() -> List[Target]:
              "clipped_gd_sensitivity", dict(COMMON_BREAKS),
              lambda b: _padpfl_setup(b, "clipped_gradients",
                                      **PARAMS["padpfl/clipped_gradients"])),
+      Target("rdp_pfl/support", "rdp_pfl",
+             "record-level, add/remove one record, Poisson records, two releases per "
+             "epoch (query, support), sensitivity C; canary in the support set "
+             "(per-example meta-gradient)", dict(COMMON_BREAKS),
+             lambda b: _rdp_pfl_setup(b, **PARAMS["rdp_pfl/support"])),
+      Target("rdp_pfl/query", "rdp_pfl",
+             "record-level, add/remove one record, Poisson records, two releases per "
+             "epoch, sensitivity C; canary in the query set (inner step)",
+             dict(COMMON_BREAKS), lambda b: _rdp_pfl_setup(b, **PARAMS["rdp_pfl/query"])),
   ]
 
 

@@ -53,6 +53,11 @@ def _build(name, env, fedsgd_alg):
     return ALGORITHMS[name](model, fd, impact_factors=impact_factors.uniform(fd.num_clients),
                             epsilon=200.0, rounds=12, clip_bound=10.0, local_steps=4,
                             learning_rate=0.3, batch_size=5)
+  if name == "rdp_pfl":  # paper 003: small noise, every client's two DP steps per round
+    return ALGORITHMS[name](model, fd, noise_multiplier=0.05, clip_norm=5.0,
+                            inner_learning_rate=0.01, outer_learning_rate=0.3,
+                            query_sampling_rate=0.5, support_sampling_rate=0.5,
+                            local_epochs=2)
   return fedavg(model, fd, clients_per_round=8, batch_size=5, client_learning_rate=0.3)
 
 
@@ -96,6 +101,16 @@ def test_algorithm_learns(name, env, fedsgd_alg):
       assert r["num_clients"] == fd.num_clients and r["sampling_rate"] == 1.0
       assert r["noise_stddev"] == pytest.approx(sc, rel=1e-5)
       assert r["server_noise_stddev"] == pytest.approx(ss, rel=1e-5) and ss > 0
+  elif name == "rdp_pfl":  # record level; two releases per local epoch (query, support)
+    assert alg.privacy.unit == "record-level" and alg.privacy.release_names == (
+        "query", "support")
+    for r in recs:
+      assert r["dp_steps"] == 4 and r["num_clients"] == fd.num_clients
+      for name_ in ("query", "support"):
+        assert r[f"{name_}_noise_multiplier"] == pytest.approx(0.05)
+        assert r[f"{name_}_sampling_rate"] == pytest.approx(0.5)
+        assert r[f"{name_}_dp_steps"] == 2
+        assert r[f"{name_}_noise_stddev"] == pytest.approx(0.25)
   elif name == "fedavg":
     assert alg.privacy is None
     assert all(r["noise_multiplier"] == 0.0 and r["noise_stddev"] == 0.0 for r in recs)

@@ -1,0 +1,308 @@
+"""RDP-PFL, Algorithm 1 of Wei et al. (IEEE TIFS 2023, paper 003): federated MAML in
+which every source client runs tau0 local epochs of (DP inner step, DP outer step) and
+the server averages the local models; target clients personalise with one step.
+
+```
+for t = 0 .. T-1:                                         # round_fn, jitted, scanned
+  for all source clients i in parallel:                   # vmapped, chunked
+    w_i <- w^t                                            # line 5
+    for tau = 0 .. tau0-1:                                # lax.scan
+      theta~ <- w_i - eta (clipped query grads + n^Q)     # eqs. (6)-(7), meta.local_epoch
+      w_i <- w_i - beta (clipped meta-grads + n^S)        # eqs. (8)-(11)
+  w^{t+1} <- sum_i p_i w_i,  p_i = |D_i^S| / |D^S|        # eq. (3)
+target j: theta_j = w^t - eta grad F_j(w^t, D_j)          # eq. (4), clients.personalised_metrics
+```
+
+Privacy: record-level DP of each source client's data (add/remove of one record),
+against anyone who sees the uploaded w_i. Each local epoch releases two
+Poisson-subsampled Gaussian mechanisms (query stage: rate q^Q, support stage: q^S, noise
+multiplier sigma times `meta.release_scales`), so a round composes tau0 of each: two
+`Release`s of the `PrivacySpec`, composed by the ledger. Every client takes part every
+round (no client sampling, no amplification from it). The paper's own calibration
+(Theorem 1 with the Balle et al. conversion) is in `paper_accounting`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple, Optional
+
+import jax
+import jax.numpy as jnp
+from scipy import stats
+
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, Release
+from fedjax_dp.algorithms.rdp_pfl import meta
+from fedjax_dp.algorithms.rdp_pfl.clients import is_query_row, split_counts
+from fedjax_dp.federated import chunking, keys as keylib
+from fedjax_dp.federated.round import RoundMetrics
+from fedjax_dp.federated.server import ServerState
+from fedjax_dp.privacy import clipping, events, per_example
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
+                                  check_non_negative, check_positive, check_probability)
+
+AGGREGATIONS = ("data_size", "uniform")
+
+
+class RdpPflHParams(NamedTuple):
+  """Per-round hyper-parameters (float32 arrays; ``[rounds]`` in a schedule: sweeping
+  them never recompiles).
+
+  Attributes:
+    clip_norm: C (per-example modes: each example's vector; paper mode: the batch
+      gradient and the product sqrt(C) x sqrt(C)).
+    noise_multiplier: sigma; the noise per coordinate is N(0, (sigma C)^2) in both
+      stages.
+    query_sampling_rate: q^Q, Poisson rate of the inner step's draw from D^Q.
+    support_sampling_rate: q^S, Poisson rate of the outer step's draw from D^S.
+    inner_learning_rate: eta (also the target clients' adaptation step, eq. 4).
+    outer_learning_rate: beta.
+  """
+  clip_norm: Any
+  noise_multiplier: Any
+  query_sampling_rate: Any
+  support_sampling_rate: Any
+  inner_learning_rate: Any
+  outer_learning_rate: Any
+
+
+def stage_config(nominal_size: int, q: float, overflow_prob: float,
+                 micro_batch_size: Optional[int] = -1) -> meta.StageConfig:
+  """The static cap of a stage's Poisson draws: the ``1 - overflow_prob`` quantile of
+  Binomial(n + 1, q) (a neighbour holds one record more), and the micro-batch size
+  (-1: half the expected batch, at least 8 rows; None: one pass)."""
+  cap = max(1, min(nominal_size, int(stats.binom.isf(overflow_prob, nominal_size + 1, q))
+                   + 1))
+  if micro_batch_size == -1:
+    micro_batch_size = max(8, math.ceil(q * nominal_size / 2))
+  if micro_batch_size is not None and micro_batch_size >= cap:
+    micro_batch_size = None
+  return meta.StageConfig(cap, micro_batch_size)
+
+
+def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
+            inner_learning_rate: float = 0.01, outer_learning_rate: float = 0.01,
+            clip_norm: float = 2.4, noise_multiplier: float = 1.0,
+            query_sampling_rate: float = 0.1, support_sampling_rate: float = 0.1,
+            clip_mode: str = "per_example", aggregation: str = "data_size",
+            private: bool = True, overflow_prob: float = 1e-12,
+            micro_batch_size: Optional[int] = -1, per_example_method: str = "auto",
+            power_iterations: int = 20, chunk_size: Optional[int] = None) -> Algorithm:
+  """Builds RDP-PFL (module docstring) for the source clients ``data``.
+
+  Args:
+    model: a `fedjax_dp.models.Model`.
+    data: `fedjax_dp.data.FederatedData` of the U source clients; row i of a client is
+      in its query set iff `clients.is_query_row` (a fixed rule of the row's position,
+      so adding a record never moves another between the sets), the rest in its
+      support set; `clients.make_meta_split` shuffles the rows.
+    local_epochs: tau0 >= 1 (each = one inner and one outer step).
+    query_fraction: share of a client's rows in its query set, in (0, 1).
+    inner_learning_rate, outer_learning_rate: eta, beta > 0.
+    clip_norm: C > 0 (inf only with ``private=False``: no clipping).
+    noise_multiplier: sigma >= 0 (0: no noise).
+    query_sampling_rate, support_sampling_rate: q^Q, q^S in (0, 1].
+    clip_mode: one of `meta.CLIP_MODES`.
+    aggregation: ``"data_size"`` (eq. 3: p_i = |D_i^S| / |D^S|; the sizes are treated
+      as public, as in the paper where every client holds 300) or ``"uniform"``.
+    private: False builds the same round without a `PrivacySpec` (the baselines
+      "non-private" and "clipping only": sigma = 0).
+    overflow_prob: probability that one Poisson draw overflows its static cap (added
+      to delta through the releases' `Truncation`).
+    micro_batch_size: see `stage_config`.
+    per_example_method: `fedjax_dp.privacy.per_example.METHODS` for first-order
+      per-example gradients.
+    power_iterations: paper mode's power iterations.
+    chunk_size: source clients trained at once (default: `chunking.auto_chunk_size`).
+
+  Returns:
+    An `Algorithm` whose ``hparams`` is an `RdpPflHParams` and whose ``privacy`` has
+    one `Release` per stage (``"query"``, ``"support"``), or None when not private.
+
+  Raises:
+    FedJaxDpError: invalid arguments (naming them), before anything is compiled.
+  """
+  tau0 = check_int("local_epochs", local_epochs, minimum=1)
+  qf = check_probability("query_fraction", query_fraction)
+  if qf >= 1.0:
+    raise FedJaxDpError(f"query_fraction must be in (0, 1), got {qf}.",
+                        option="query_fraction")
+  check_choice("clip_mode", clip_mode, meta.CLIP_MODES)
+  check_choice("aggregation", aggregation, AGGREGATIONS)
+  check_choice("per_example_method", per_example_method, per_example.METHODS)
+  eta = check_positive("inner_learning_rate", inner_learning_rate)
+  beta = check_positive("outer_learning_rate", outer_learning_rate)
+  c = float(clip_norm)
+  if not c > 0:
+    raise FedJaxDpError(f"clip_norm must be > 0, got {clip_norm!r}.", option="clip_norm")
+  if private and not math.isfinite(c):
+    raise FedJaxDpError("clip_norm must be finite for a private run (the noise is "
+                        f"sigma x C), got {clip_norm!r}.", option="clip_norm")
+  sigma = check_non_negative("noise_multiplier", noise_multiplier)
+  q_q = check_probability("query_sampling_rate", query_sampling_rate)
+  q_s = check_probability("support_sampling_rate", support_sampling_rate)
+  power_iterations = check_int("power_iterations", power_iterations, minimum=1)
+  n_q, n_s = split_counts(data.counts, qf)
+  if int(n_q.min()) < 1 or int(n_s.min()) < 1:
+    raise FedJaxDpError(f"query_fraction={qf} leaves a client with an empty query or "
+                        f"support set (client sizes {int(data.counts.min())}.."
+                        f"{int(data.counts.max())}).", option="query_fraction")
+  nominal_q, nominal_s = int(n_q.max()), int(n_s.max())
+  query_rows = jnp.asarray(is_query_row(data.max_examples, qf))
+  query_cfg = stage_config(nominal_q, q_q, overflow_prob, micro_batch_size)
+  support_cfg = stage_config(nominal_s, q_s, overflow_prob, micro_batch_size)
+  num_clients = data.num_clients
+  max_n = data.max_examples
+  weights = (n_s / n_s.sum()) if aggregation == "data_size" else (
+      jnp.full((num_clients,), 1.0 / num_clients))
+  weights = jnp.asarray(weights, jnp.float32)
+  params0 = jax.eval_shape(model.init, jax.random.key(0))
+  num_params = sum(math.prod(l.shape) for l in jax.tree_util.tree_leaves(params0))
+  if chunk_size is None:
+    chunk_size = chunking.auto_chunk_size(
+        num_clients, num_params, int(max_n * (math.prod(data.feature_shape) + 1) * 4))
+  layout = chunking.chunk_layout(num_clients, check_int("chunk_size", chunk_size,
+                                                        minimum=1))
+  scale_q, scale_s = meta.release_scales(clip_mode)
+
+  def client_update(w0, x, y, count, key, hp):
+    """tau0 local epochs of one source client -> (w_i, StageStats summed)."""
+    real = jnp.arange(max_n) < count
+    q_mask, s_mask = real & query_rows, real & ~query_rows
+    denom_q = hp.query_sampling_rate * nominal_q   # public: expected batch sizes
+    denom_s = hp.support_sampling_rate * nominal_s
+
+    def epoch(w, tau):
+      return meta.local_epoch(
+          model, w, x, y, q_mask, s_mask, jax.random.fold_in(key, tau),
+          eta=hp.inner_learning_rate, beta=hp.outer_learning_rate, clip_norm=hp.clip_norm,
+          noise_multiplier=hp.noise_multiplier, q_query=hp.query_sampling_rate,
+          q_support=hp.support_sampling_rate, denom_query=denom_q, denom_support=denom_s,
+          query_cfg=query_cfg, support_cfg=support_cfg, clip_mode=clip_mode,
+          per_example_method=per_example_method, power_iterations=power_iterations)
+
+    w, st = jax.lax.scan(epoch, w0, jnp.arange(tau0))
+    return w, jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0), st)
+
+  def round_fn(state: ServerState, pop, hp: RdpPflHParams, root_key):
+    w = state.params
+    train_key = keylib.stream(keylib.round_key(root_key, state.round), keylib.TRAINING)
+    ids = jnp.arange(layout.padded_size, dtype=jnp.int32)
+    real = ids < num_clients
+    safe = jnp.where(real, ids, 0)
+    p = jnp.where(real, weights[safe], 0.0)
+
+    def chunk(carry, idx):
+      ids_c, p_c, real_c = idx
+      x, y, cnt = pop.x[ids_c], pop.y[ids_c], pop.counts[ids_c]
+      ck = keylib.client_keys(train_key, ids_c)
+      w_i, st = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))(
+          w, x, y, cnt, ck, hp)
+      delta = jax.tree_util.tree_map(lambda a, b: a - b, w_i, w)
+      norms = jax.vmap(clipping.global_norm)(delta)
+      finite = jnp.isfinite(norms)
+      keep = real_c & finite
+      total, (nf, nsum, nmax, stats_sum) = carry
+      total = jax.tree_util.tree_map(
+          lambda acc, d: acc + jnp.tensordot(jnp.where(keep, p_c, 0.0),
+                                             jnp.where(_bcast(keep, d), d, 0.0), axes=1),
+          total, delta)
+      st = jax.tree_util.tree_map(lambda a: jnp.sum(jnp.where(_bcast(real_c, a), a, 0.0),
+                                                    axis=0), st)
+      return (total, (nf + jnp.sum(real_c & ~finite), nsum + jnp.sum(jnp.where(keep, norms, 0)),
+                      jnp.maximum(nmax, jnp.max(jnp.where(keep, norms, 0))),
+                      jax.tree_util.tree_map(jnp.add, stats_sum, st))), None
+
+    shape = (layout.chunks_per_shard, layout.chunk_size)
+    zero_stats = meta.StageStats(*(jnp.zeros((2,), jnp.float32) for _ in range(5)))
+    init = (jax.tree_util.tree_map(jnp.zeros_like, w),
+            (jnp.zeros((), jnp.int32), jnp.zeros(()), jnp.zeros(()), zero_stats))
+    (total, (nonfinite, norm_sum, norm_max, st)), _ = jax.lax.scan(
+        chunk, init, (safe.reshape(shape), p.reshape(shape), real.reshape(shape)))
+    # Eq. (3): w^{t+1} = sum_i p_i w_i = w^t + sum_i p_i (w_i - w^t) (sum p_i = 1; a
+    # client whose model is non-finite keeps w^t, counted in nonfinite_updates).
+    new_w = jax.tree_util.tree_map(jnp.add, w, total)
+    rows = jnp.maximum(st.rows, 1.0)
+    sigma_c = jnp.where(hp.noise_multiplier > 0, hp.noise_multiplier * hp.clip_norm, 0.0)
+    z_q, z_s = hp.noise_multiplier * scale_q, hp.noise_multiplier * scale_s
+    steps = jnp.asarray(tau0, jnp.int32)
+    f32 = lambda v: jnp.asarray(v, jnp.float32)
+    releases = {
+        name: dict(noise_multiplier=f32(z), sampling_rate=f32(q), dp_steps=steps,
+                   noise_stddev=f32(sigma_c), sensitivity=f32(hp.clip_norm / sc))
+        for name, z, q, sc in (("query", z_q, hp.query_sampling_rate, scale_q),
+                               ("support", z_s, hp.support_sampling_rate, scale_s))}
+    extras = {
+        "meta_train_loss": st.loss_sum[1] / rows[1],     # note E4 (i): F(theta~, B_S)
+        "query_train_loss": st.loss_sum[0] / rows[0],
+        "query_clip_fraction": st.clipped[0] / rows[0],
+        "support_clip_fraction": st.clipped[1] / rows[1],
+        "query_batch_size": st.rows[0] / (num_clients * tau0),
+        "support_batch_size": st.rows[1] / (num_clients * tau0)}
+    metrics = RoundMetrics(
+        round=state.round, train_loss=f32(extras["meta_train_loss"]),
+        num_clients=jnp.asarray(num_clients, jnp.int32),
+        num_sampled=jnp.asarray(num_clients, jnp.int32),
+        num_truncated=jnp.zeros((), jnp.int32), clip_fraction=f32(0.0),
+        mean_update_norm=f32(norm_sum / jnp.maximum(num_clients - nonfinite, 1)),
+        max_update_norm=f32(norm_max), nonfinite_updates=nonfinite.astype(jnp.int32),
+        noise_multiplier=f32(jnp.minimum(z_q, z_s)), noise_stddev=f32(sigma_c),
+        sampling_rate=f32(jnp.maximum(hp.query_sampling_rate, hp.support_sampling_rate)),
+        dp_steps=2 * steps,
+        example_clip_fraction=f32(jnp.sum(st.clipped) / jnp.sum(rows)),
+        batch_truncated=jnp.sum(st.truncated).astype(jnp.int32),
+        aggregate_norm=f32(clipping.global_norm(total)), server_noise_stddev=f32(0.0),
+        sensitivity=f32(hp.clip_norm / max(scale_q, scale_s)),
+        releases=releases if private else None,
+        extras=jax.tree_util.tree_map(f32, extras))
+    return ServerState(new_w, state.opt_state, state.round + 1), metrics
+
+  def init(key):
+    return ServerState(model.init(key), (), jnp.zeros((), jnp.int32))
+
+  hparams = RdpPflHParams(c, sigma, q_q, q_s, eta, beta)
+  privacy = None
+  if private:
+    privacy = PrivacySpec(
+        unit="record-level", relation="add_remove", sampler="poisson",
+        releases=(Release("query", q_q, tau0, scale_q,
+                          events.Truncation(nominal_q, query_cfg.max_batch_size,
+                                            num_clients)),
+                  Release("support", q_s, tau0, scale_s,
+                          events.Truncation(nominal_s, support_cfg.max_batch_size,
+                                            num_clients))),
+        note=_privacy_note(clip_mode),
+        clip_norm=c, clipped=("each query example's gradient and each support example's "
+                              "meta-gradient" if clip_mode != "paper" else
+                              "each batch's mean gradient and each clipped product"))
+  config = dict(algorithm="rdp_pfl", local_epochs=tau0, query_fraction=qf,
+                inner_learning_rate=eta, outer_learning_rate=beta, clip_norm=c,
+                noise_multiplier=sigma, query_sampling_rate=q_q,
+                support_sampling_rate=q_s, clip_mode=clip_mode, aggregation=aggregation,
+                private=private, nominal_query_size=nominal_q,
+                nominal_support_size=nominal_s, query_max_batch=query_cfg.max_batch_size,
+                support_max_batch=support_cfg.max_batch_size,
+                query_micro_batch=query_cfg.micro_batch_size,
+                support_micro_batch=support_cfg.micro_batch_size,
+                release_scales=[scale_q, scale_s], num_params=num_params,
+                chunk_size=layout.chunk_size, power_iterations=power_iterations)
+  return Algorithm(name="rdp_pfl", round_fn=round_fn, init=init, hparams=hparams,
+                   privacy=privacy, k_max=num_clients, config=config, sampling_rate=1.0)
+
+
+def _bcast(mask, arr):
+  return mask.reshape(mask.shape + (1,) * (arr.ndim - 1))
+
+
+def _privacy_note(clip_mode: str) -> str:
+  base = ("record-level DP of each source client's local data against anyone who sees "
+          "its uploads; every client takes part in every round (no amplification by "
+          "client sampling); every local step is counted (2 tau0 releases per round: "
+          "the query and support stages, composed, as in the paper's Theorem 1).")
+  if clip_mode == "paper":
+    return base + (" clip_mode='paper' clips batch means (sensitivity 2C under "
+                   "add/remove) and its outer step reads the query draw: the accountant "
+                   "charges sigma/(2 sqrt 2) to the query stage and sigma/2 to the support "
+                   "stage, a weaker guarantee than the paper's Theorem 1 claims for the "
+                   "same sigma.")
+  return base
