@@ -96,6 +96,8 @@ def run_one(options: Dict[str, Any], seed: int) -> Dict[str, Any]:
   t0 = time.perf_counter()
   res = run(cfg, progress=False)
   s = res.summary
+  if s["interrupted"] is not None:  # stopped by a signal: never stored as a finished run
+    raise KeyboardInterrupt(f"run interrupted after {s['rounds']} rounds")
   evals = [r for r in res.records if "test_accuracy" in r]
   return dict(
       seed=seed, wall_s=time.perf_counter() - t0,
