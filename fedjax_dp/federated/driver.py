@@ -246,6 +246,11 @@ _SCHEDULE_BOUNDS = {
     "record_denominator": ("> 0", lambda v: v > 0, False),
     "grad_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
     "client_weights": ("in [0, 1]", lambda v: (v >= 0) & (v <= 1), False),
+    # several releases per round (paper 003's two stages)
+    "query_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
+    "support_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
+    "inner_learning_rate": ("> 0", lambda v: v > 0, False),
+    "outer_learning_rate": ("> 0", lambda v: v > 0, False),
 }
 
 

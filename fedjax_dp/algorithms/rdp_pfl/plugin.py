@@ -204,14 +204,12 @@ class RdpPfl(FederatedAlgorithm):
       return out
     sigma, tau0 = c["noise_multiplier"], c["local_epochs"]
     rounds = len(records)
-    eps_paper, alpha = paper_accounting.paper_epsilon(
-        sigma, c["query_sampling_rate"], c["support_sampling_rate"], rounds, tau0,
-        run.delta)
+    # Theorem 1's epsilon and its split between the stages, from one computation.
     split_ = paper_accounting.budget_split(sigma, c["query_sampling_rate"],
                                            c["support_sampling_rate"], rounds, tau0,
                                            run.delta)
     out.update(
-        epsilon_paper=eps_paper, epsilon_paper_alpha=alpha,
+        epsilon_paper=split_["epsilon"], epsilon_paper_alpha=split_["alpha"],
         epsilon_paper_note=("the paper's Theorem 1: Opacus-style RDP of the two "
                             "Poisson-subsampled Gaussian stages at sensitivity 1, "
                             "composed over T tau0 epochs, converted with eq. (12) (Balle "
