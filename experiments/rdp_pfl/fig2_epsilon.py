@@ -15,7 +15,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import rdp_pfl_common as common  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _sweep import run_sweep  # noqa: E402
+from rdp_pfl_sweep import run_sweep  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -10,7 +10,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import common  # noqa: E402
+import rdp_pfl_common as common  # noqa: E402
 
 from fedjax_dp.algorithms.rdp_pfl import paper_accounting, theory  # noqa: E402
 

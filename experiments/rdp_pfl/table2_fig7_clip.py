@@ -9,7 +9,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _sweep import run_sweep  # noqa: E402
+from rdp_pfl_sweep import run_sweep  # noqa: E402
 
 PAPER_TABLE = {0.8: (0.861, 0.219), 1.6: (0.709, 0.169), 2.4: (0.649, 0.156),
                3.2: (0.657, 0.153), 4.0: (0.712, 0.161), 4.8: (1.012, 0.211)}

@@ -12,7 +12,7 @@ from fedjax_dp.validation import FedJaxDpError
 
 @pytest.mark.parametrize("name,feature_shape", [
     ("mlp", (4, 3)), ("cnn", (8, 8)), ("cnn", (6, 6, 2)), ("lenet5", (16, 16, 1)),
-    ("har_cnn", (16, 3)),
+    ("har_cnn", (16, 3)), ("cnn3", (8, 8)), ("cnn3", (32, 32, 3)),
     ("linear", (2, 3, 2)),
 ])
 def test_logits_shape(name, feature_shape):
@@ -39,7 +39,13 @@ def test_logits_shape(name, feature_shape):
 
 
 def test_all_model_names_covered():
-  assert set(MODEL_NAMES) == {"mlp", "cnn", "lenet5", "har_cnn", "linear"}
+  assert set(MODEL_NAMES) == {"mlp", "cnn", "cnn3", "lenet5", "har_cnn", "linear"}
+
+
+def test_cnn3_is_the_papers_cifar_cnn():
+  """Paper 003's CNN with SAME padding: 930,826 parameters on 32x32x3 (note 6.3)."""
+  model = create_model("cnn3", (32, 32, 3), 10, hidden=(128, 256))
+  assert count_params(model.init(jax.random.key(0))) == 930_826
 
 
 def test_count_params_mlp_hand_count():
