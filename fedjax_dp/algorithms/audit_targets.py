@@ -130,6 +130,8 @@ PARAMS = {
     "padpfl/clipped_gradients": dict(epsilon=2.5),
     "rdp_pfl/support": dict(stage="support", rounds=1, z=2.2, q_query=0.01,
                             q_support=1.0, eta=1e-4, beta=1.0),
+    "rdp_pfl/paper": dict(stage="paper_support", rounds=1, z=4.4, q_query=0.01,
+                          q_support=1.0, eta=1e-4, beta=1.0),
     "rdp_pfl/query": dict(stage="query", rounds=1, z=2.2, q_query=1.0, q_support=0.01,
                           eta=1.0, beta=1e-4),
 }
@@ -371,18 +373,23 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
   sees it only through theta~). Add/remove of that record. The other stage's step is
   made tiny (eta or beta), so that the upload is the audited release itself, and its
   sampling rate small, so that the claim (both releases composed) is mostly the
-  audited release's."""
+  audited release's. ``"paper_support"``: ``clip_mode="paper"``, whose support release
+  is a clipped batch *mean*: the support filler's gradient is large and the canary's
+  points the opposite way three times as hard, so adding it flips the clipped mean (a
+  change of 2C, the sensitivity the code charges)."""
   from fedjax_dp.algorithms.rdp_pfl.algorithm import rdp_pfl
   from fedjax_dp.data.federated_data import FederatedData
   model = _model()
-  n_in = 3 if stage == "support" else 4    # rows 0, 2 support; 1, 3 query
+  n_in = 4 if stage == "query" else 3     # rows 0, 2 support; 1, 3 query
   x = np.zeros((1, n_in, _D), np.float32)
   x[0, -1, 0] = 5.0
+  if stage == "paper_support":
+    x[0, 0, 0], x[0, -1, 0] = 50.0, -150.0
   fd = FederatedData("audit", x, np.zeros((1, n_in), np.int32), np.array([n_in]), 2)
+  mode = {"support": "per_example", "query": "dp_fedavg", "paper_support": "paper"}[stage]
   alg = rdp_pfl(model, fd, clip_norm=1.0, noise_multiplier=z, query_sampling_rate=q_query,
                 support_sampling_rate=q_support, inner_learning_rate=eta,
-                outer_learning_rate=beta,
-                clip_mode="per_example" if stage == "support" else "dp_fedavg")
+                outer_learning_rate=beta, clip_mode=mode)
   data_in = population(x, counts=np.array([n_in]))
   data_out = population(x, counts=np.array([n_in - 1]))
   hp = alg.hparams
@@ -394,7 +401,7 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
         for k, v in m.items()})
   state = _zero_params(alg.init(jax.random.key(1)))
   return Setup(alg.round_fn, alg.round_fn, data_out, data_in, state, _schedule(hp, rounds),
-               q_support if stage == "support" else q_query, claim, DELTA,
+               q_query if stage == "query" else q_support, claim, DELTA,
                description=f"rdp_pfl: one {stage} record added to a source client")
 
 
@@ -459,6 +466,10 @@ def _targets() -> List[Target]:
              "epoch (query, support), sensitivity C; canary in the support set "
              "(per-example meta-gradient)", dict(COMMON_BREAKS),
              lambda b: _rdp_pfl_setup(b, **PARAMS["rdp_pfl/support"])),
+      Target("rdp_pfl/paper", "rdp_pfl",
+             "record-level, add/remove one record, clip_mode=paper: clipped batch means "
+             "(sensitivity 2C; the query release 2 sqrt 2 C); canary in the support set",
+             dict(COMMON_BREAKS), lambda b: _rdp_pfl_setup(b, **PARAMS["rdp_pfl/paper"])),
       Target("rdp_pfl/query", "rdp_pfl",
              "record-level, add/remove one record, Poisson records, two releases per "
              "epoch, sensitivity C; canary in the query set (inner step)",
