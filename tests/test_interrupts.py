@@ -111,7 +111,9 @@ def test_ctrl_c_from_outside_stops_at_a_checkpoint(tmp_path):
   """A real training process gets SIGINT mid-run: exit status 130, the summary, the
   metrics and the newest checkpoint agree on the rounds done, no partial checkpoint."""
   out = tmp_path / "k"
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
+  # Its own compilation cache: the process compiles (and writes entries) from scratch
+  # while it is stopped, and reads nothing that other tests' processes wrote.
+  env = dict(os.environ, JAX_PLATFORMS="cpu", FEDJAX_DP_CACHE_DIR=str(tmp_path / "jax"))
   proc = subprocess.Popen([sys.executable, "-m", "fedjax_dp.cli", "run", *ARGS, "--rounds",
                            "5000", "--out", str(out)], env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)

@@ -49,17 +49,24 @@ def _free_port() -> int:
     return s.getsockname()[1]
 
 
-def _env(devices: int) -> dict:
+def _env(devices: int, log_path) -> dict:
+  """The environment of one launched process: CPU, ``devices`` host devices, and a
+  compilation cache of its own (beside its log), never the suite's shared one.
+  XLA rebuilds a cached executable from the compile options it was written with,
+  device assignment included (openxla/xla#18286), so executables of a multi-process
+  run are kept out of the folder that the suite's single-process runs read."""
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(JAX_PLATFORMS="cpu",
-             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+             XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             FEDJAX_DP_CACHE_DIR=f"{log_path}.jax-cache")
   return env
 
 
 def _start(argv, devices, log_path):
   log = open(log_path, "w")
   proc = subprocess.Popen([sys.executable, "-m", "fedjax_dp.cli", "run", *argv],
-                          env=_env(devices), stdout=log, stderr=subprocess.STDOUT)
+                          env=_env(devices, log_path), stdout=log,
+                          stderr=subprocess.STDOUT)
   proc.log_path = log_path
   log.close()
   return proc
