@@ -1,7 +1,8 @@
 """Runs every benchmark in one go and records the results.
 
   python -m benchmarks.run                  # peers + roofline + scale (about 15 min on 2 cores)
-  python -m benchmarks.run --only peers     # or roofline, scale, dpsgd (comma-separated)
+  python -m benchmarks.run --only peers     # or roofline, scale, dpsgd, rdp_pfl
+                                            # (comma-separated)
   python -m benchmarks.run --quick          # tiny sizes: checks the plumbing (a test runs it)
 
 Peers run in their own virtual environments under ``benchmarks/.venvs/`` (created on
@@ -9,7 +10,9 @@ first use, from PyPI): FedJAX 0.0.17 (``fedjax``) and pfl-research 0.6.0 with Py
 2.13.0 on the CPU (``pfl``; pfl pins dp-accounting < 0.6, so it cannot share our
 environment); for the record-level DP-SGD section (``dpsgd``), Opacus 1.6.0 on the same
 CPU torch (``opacus``) and jax-privacy 2.0.0 on our jax/flax/optax versions
-(``jax_privacy``). Every measurement runs alone, one after the other, so the frameworks
+(``jax_privacy``). Section ``rdp_pfl`` (`benchmarks.rdp_pfl`) times RDP-PFL's
+per-example second-order DP outer step against first-order per-example clipping
+(fedjax_dp only). Every measurement runs alone, one after the other, so the frameworks
 are compared side by side in one run on the same machine.
 
 Writes ``benchmarks/results/<UTC time>.json`` (every figure, machine, versions) and
@@ -49,6 +52,8 @@ PEERS = {
                                  "flax==0.12.8", "optax==0.2.8"]],
                     "section": "dpsgd"},
 }
+# The parts of a run (``--only``); all run by default.
+PARTS = ("peers", "roofline", "scale", "dpsgd", "rdp_pfl")
 TARGETS = {"pfl-research": 10.0, "fedjax": 5.0}
 # Section "dpsgd": fedjax_dp's per-example gradients/s over the best correct variant of
 # each peer (federated workloads and microbenchmark), and per-example local training
@@ -150,6 +155,75 @@ def dpsgd(quick: bool, peers: bool, venv_dir: str) -> Dict[str, dict]:
                          os.path.join(HERE, PEERS[peer]["script"]), "--micro"],
                         env=peer_env(peer)))
   return {"dpsgd": {"federated": fed, "micro": micro}}
+
+
+def rdp_pfl(quick: bool) -> Dict[str, dict]:
+  """Section "rdp_pfl": `benchmarks.rdp_pfl` in its own process (``--quick`` passed on);
+  prints the second-order / first-order time ratios and each row's share of the
+  same-process dense matmul rate."""
+  print("[benchmarks] rdp_pfl", flush=True)
+  rec = _run([sys.executable, "-m", "benchmarks.rdp_pfl"] + (["--quick"] if quick else []))
+  for key, per in rec["ratios"].items():
+    for name, x in per.items():
+      print(f"[benchmarks] rdp_pfl {key}: time {name} = {x:.2f}", flush=True)
+  for r in rec["rows"]:
+    print(f"[benchmarks] rdp_pfl {r['name']} B={r['batch_size']}: "
+          f"{r['per_example_grads_per_s']:,.0f} per-example grads/s, {r['gflops']:.1f} "
+          f"GFLOP/s = {100 * r['fraction_of_matmul']:.1f}% of matmul"
+          f"{'' if r['ok'] else ' (CHECK FAILED)'}", flush=True)
+  return {"rdp_pfl": rec}
+
+
+def rdp_pfl_markdown(rec: dict) -> List[str]:
+  """The Markdown lines of section "rdp_pfl" (`benchmarks.rdp_pfl`'s record)."""
+  fl = rec["flops_per_example"]
+  draw = max([r.get("expected_support_draw", 0) for r in rec["rows"]] or [0])
+  lines = ["### RDP-PFL: second-order DP outer step (per-example meta-gradients)", "",
+           f"`benchmarks.rdp_pfl` on the {rec['model']} ({rec['num_params']:,} "
+           f"parameters), eta {rec['eta']:g}, C {rec['clip_norm']:g}; per-batch rows: one "
+           "batch of B synthetic examples (weights 1, no noise), best and median of "
+           f"{rec['repeat']} jitted calls (rates use the best). first_order_*: per-example "
+           "gradients at theta~ clipped and summed (`meta.grad_clipped_sum`, vmap or auto); "
+           "second_order: per-example meta-gradients (I - eta H_x) grad l(theta~; x) "
+           "(gradient + forward-over-reverse HVP, `meta.meta_clipped_sum`); "
+           "nonprivate_second_order: the exact batch meta-gradient (`meta.meta_gradient`, "
+           "plain MAML). local_epoch_<mode>: one `meta.local_epoch` of a 600-row client "
+           "(300 query / 300 support, q 0.1, sigma 1), rates per expected support draw "
+           f"({draw:g}). Matmul FLOPs per example: gradient "
+           f"{fl['gradient']:,}, HVP {fl['hvp']:,} (exact forward-over-reverse count), "
+           f"meta-gradient {fl['meta_gradient']:,}, batch meta-gradient "
+           f"{fl['nonprivate_meta_gradient']:,} (derivation: `benchmarks/rdp_pfl.py`). Each "
+           "sum is checked against an independent per-example computation (relative L2 "
+           "error; above 1e-4 the row is marked WRONG and enters no ratio).", "",
+           "| row | B | method | best ms | median ms | per-example grads/s | GFLOP/s | "
+           "% of matmul | rel. error | time / first_order_vmap |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  ratios_ = rec.get("ratios", {})
+  for r in rec["rows"]:
+    b = r["batch_size"]
+    if b is None:
+      ratio = ratios_.get("local_epoch", {}).get(
+          f"{r['name']}/local_epoch_first_order")
+      ratio_txt = f"{ratio:.2f} (vs local_epoch_first_order)" if ratio else ""
+      b_txt = f"epoch (E[draw] {r['expected_support_draw']:g})"
+    else:
+      ratio = ratios_.get(f"B={b}", {}).get(f"{r['name']}/first_order_vmap")
+      ratio_txt = f"{ratio:.2f}" if ratio else ""
+      b_txt = str(b)
+    err = r.get("rel_err_vs_reference")
+    err_txt = ("-" if err is None else f"{err:.1e}") + ("" if r["ok"] else " WRONG")
+    lines.append(
+        f"| {r['name']} | {b_txt} | {r.get('method', '')} | {1e3 * r['best_s']:.2f} | "
+        f"{1e3 * r['median_s']:.2f} | {r['per_example_grads_per_s']:,.0f} | "
+        f"{r['gflops']:.1f} | {100 * r['fraction_of_matmul']:.1f}% | {err_txt} | "
+        f"{ratio_txt} |")
+  lines += ["", f"Dense {rec['matmul_size']}x{rec['matmul_size']} float32 matmul (best of "
+            f"before/after, same process): {rec['matmul_gflops']:.1f} GFLOP/s.", ""]
+  for key, per in ratios_.items():
+    for name, x in per.items():
+      lines.append(f"- {key}: time {name} = {x:.2f}")
+  lines.append("")
+  return lines
 
 
 def _best_rate(rows, ok_key):
@@ -343,6 +417,8 @@ def markdown(result: dict) -> str:
   if "dpsgd" in result:
     lines += dpsgd_markdown(result["dpsgd"], result.get("dpsgd_ratios") or
                             dpsgd_ratios(result["dpsgd"]))
+  if "rdp_pfl" in result:
+    lines += rdp_pfl_markdown(result["rdp_pfl"])
   if "roofline" in result:
     rf = result["roofline"]
     lt = rf["local_training"]
@@ -384,8 +460,8 @@ def markdown(result: dict) -> str:
 
 def main(argv=None):
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  p.add_argument("--only", default="peers,roofline,scale,dpsgd",
-                 help="comma-separated subset of peers,roofline,scale,dpsgd")
+  p.add_argument("--only", default=",".join(PARTS),
+                 help=f"comma-separated subset of {','.join(PARTS)}")
   p.add_argument("--quick", action="store_true", help="tiny sizes, no peers")
   p.add_argument("--skip-peers", action="store_true",
                  help="throughput of fedjax_dp only (no peer environments)")
@@ -394,10 +470,9 @@ def main(argv=None):
   p.add_argument("--json-dir", default=os.path.join(HERE, "results"))
   a = p.parse_args(argv)
   parts = set(a.only.split(","))
-  unknown = parts - {"peers", "roofline", "scale", "dpsgd"}
+  unknown = parts - set(PARTS)
   if unknown:
-    p.error(f"--only: unknown part(s) {sorted(unknown)}; choose from peers, roofline, "
-            "scale, dpsgd")
+    p.error(f"--only: unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
   now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
   result = {"timestamp": now, "quick": a.quick, "machine": common.machine_info()}
   if "peers" in parts:
@@ -406,6 +481,8 @@ def main(argv=None):
   if "dpsgd" in parts:
     result.update(dpsgd(a.quick, not (a.quick or a.skip_peers), a.venv_dir))
     result["dpsgd_ratios"] = dpsgd_ratios(result["dpsgd"])
+  if "rdp_pfl" in parts:
+    result.update(rdp_pfl(a.quick))
   if "roofline" in parts:
     print("[benchmarks] roofline", flush=True)
     result["roofline"] = _run([sys.executable, "-m", "benchmarks.roofline"] +

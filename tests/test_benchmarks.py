@@ -180,3 +180,140 @@ def test_quick_benchmark_run_writes_results(tmp_path):
   assert text.startswith("# fedjax_dp benchmark results")
   assert "### Throughput" in text and "### Roofline" in text and "### Scale" in text
   assert "### Record-level DP-SGD" in text and "per-example local training dpsgd_mlp" in text
+  rp = res["rdp_pfl"]
+  assert rp["quick"] and all(r["ok"] and r["per_example_grads_per_s"] > 0 for r in rp["rows"])
+  assert "second_order/first_order_vmap" in rp["ratios"]["B=8"]
+  assert "### RDP-PFL" in text and "time second_order/first_order_vmap" in text
+
+
+# --- benchmarks.rdp_pfl: RDP-PFL's second-order DP outer step -------------------------
+
+
+def test_rdp_pfl_flop_model_hand_counted():
+  from benchmarks import rdp_pfl
+  from fedjax_dp.validation import FedJaxDpError
+  # MLP 3-4-5-2: f = (2*3*4, 2*4*5, 2*5*2) = (24, 40, 20), forward F = 84.
+  # Gradient: forward 84 + weight gradients 84 + input gradients of layers 2, 3 (60).
+  # HVP: forward 84 + tangents 24 + 2*60 = 228; input gradients: tangents 2*60 + the
+  # primal of layer 3 only (20) = 140; weight gradients: tangents 24 + 2*60 = 144.
+  fl = rdp_pfl.flop_model([3, 4, 5, 2])
+  assert fl == {"forward": 84, "gradient": 228, "hvp": 228 + 140 + 144,
+                "meta_gradient": 228 + 512, "nonprivate_meta_gradient": 2 * 228 + 512}
+  # One layer 3-2: f_1 = 12; gradient 12 + 12; HVP: forward 12 + tangent 12, weight
+  # gradient tangent 12 (no input gradients at all).
+  assert rdp_pfl.flop_model([3, 2])["gradient"] == 24
+  assert rdp_pfl.flop_model([3, 2])["hvp"] == 36
+  # The paper's MLP: the per-example gradient is the workloads' figure.
+  paper = rdp_pfl.flop_model(rdp_pfl.layer_widths(rdp_pfl.PAPER_HIDDEN))
+  assert paper["gradient"] == workloads.FLOPS_PER_EXAMPLE_STEP["mlp"] == 879_200
+  assert paper["hvp"] == 8 * 397_600 - 5 * 313_600 - 80_000 == 1_532_800
+  assert paper["meta_gradient"] == 2_412_000
+  # Local epochs: 30 expected query and support rows; paper mode adds 23 batch HVPs.
+  assert rdp_pfl.epoch_flops(fl, "per_example", 30, 30) == 30 * 228 + 30 * 740
+  assert rdp_pfl.epoch_flops(fl, "first_order", 30, 30) == 60 * 228
+  assert rdp_pfl.epoch_flops(fl, "paper", 30, 20) == 50 * 228 + 23 * 30 * 512
+  for bad in ([3], [3, 0, 2]):
+    with pytest.raises(FedJaxDpError, match="widths"):
+      rdp_pfl.flop_model(bad)
+  with pytest.raises(FedJaxDpError, match="mode"):
+    rdp_pfl.epoch_flops(fl, "dp_fedavg", 30, 30)
+
+
+def test_rdp_pfl_flop_model_matches_xla_count():
+  """XLA's own FLOP count of the batch-form gradient and forward-over-reverse HVP of a
+  4-layer MLP: at least the model's matmuls, and at most 2.5% more (elementwise work);
+  the '2 gradients + a forward' rule of thumb would be 44% off here, and counting the
+  dead primal input gradient of layer 2 3.7%."""
+  import jax
+  import jax.numpy as jnp
+
+  from benchmarks import rdp_pfl
+  from fedjax_dp.models import create_model
+  widths, b = [300, 100, 50, 20, 10], 32
+  model = create_model("mlp", (300,), 10, hidden=(100, 50, 20))
+  w = model.init(jax.random.key(0))
+  x = jax.random.normal(jax.random.key(1), (b, 300))
+  y = jnp.arange(b, dtype=jnp.int32) % 10
+  loss = lambda p, x, y: jnp.sum(model.per_example_loss(model.apply(p, x), y))
+  hvp = lambda w, v, x, y: jax.jvp(lambda p: jax.grad(loss)(p, x, y), (w,), (v,))[1]
+
+  def xla_flops(fn, *args):
+    cost = jax.jit(fn).lower(*args).compile().cost_analysis()
+    return (cost[0] if isinstance(cost, list) else cost)["flops"] / b
+
+  fl = rdp_pfl.flop_model(widths)
+  for got, want in ((xla_flops(jax.grad(loss), w, x, y), fl["gradient"]),
+                    (xla_flops(hvp, w, w, x, y), fl["hvp"])):
+    assert 1.0 <= got / want <= 1.025, (got, want)
+
+
+def test_rdp_pfl_quick_main_rows_checks_and_markdown(tmp_path):
+  import jax
+  import jax.numpy as jnp
+
+  from benchmarks import rdp_pfl
+  from fedjax_dp.algorithms.rdp_pfl import meta
+  from fedjax_dp.models import create_model
+
+  out = tmp_path / "rdp.json"
+  rec = rdp_pfl.main(["--quick", "--out", str(out)])
+  assert json.loads(out.read_text()) == json.loads(json.dumps(rec))
+  assert rec["model"] == "mlp 784-32-10" and rec["matmul_gflops"] > 0
+  names = [(r["name"], r["batch_size"]) for r in rec["rows"]]
+  assert names == [("first_order_vmap", 8), ("first_order_auto", 8), ("second_order", 8),
+                   ("nonprivate_second_order", 8), ("local_epoch_per_example", None),
+                   ("local_epoch_first_order", None), ("local_epoch_paper", None)]
+  fl = rec["flops_per_example"]
+  for r in rec["rows"]:
+    assert r["ok"], r
+    assert len(r["seconds"]) == 3 and 0 < r["best_s"] <= r["median_s"]
+    assert r["per_example_grads_per_s"] == pytest.approx(r["examples"] / r["best_s"])
+    assert r["gflops"] == pytest.approx(r["flops"] / r["best_s"] / 1e9)
+    assert r["fraction_of_matmul"] == pytest.approx(r["gflops"] / rec["matmul_gflops"])
+    if r["batch_size"] is not None:
+      assert r["rel_err_vs_reference"] < 1e-4
+  rows = {r["name"]: r for r in rec["rows"]}
+  assert rows["second_order"]["flops"] == 8 * fl["meta_gradient"]
+  assert rows["first_order_auto"]["method"] == "auto (ghost)"
+  ep = rows["local_epoch_per_example"]
+  assert (ep["query_rows"], ep["support_rows"], ep["expected_support_draw"]) == (300, 300, 30)
+  assert (ep["support_max_batch"], ep["support_micro_batch"]) == (73, 15)
+  assert 15 <= ep["mean_support_draw"] <= 45 and ep["nonfinite_or_truncated"] == 0
+  assert ep["per_example_meta_grads_per_s"] == pytest.approx(30 / ep["seconds_per_epoch"])
+  assert set(rec["ratios"]) == {"B=8", "local_epoch"}
+  assert rec["ratios"]["B=8"]["second_order/first_order_vmap"] == pytest.approx(
+      rows["second_order"]["best_s"] / rows["first_order_vmap"]["best_s"])
+
+  # The check catches wrong sums: a perturbed result, the Hessian term dropped
+  # (first-order MAML's sum) or its sign flipped.
+  model = create_model("mlp", (784,), 10, hidden=(8,))
+  w = model.init(jax.random.key(0))
+  x = jax.random.normal(jax.random.key(1), (6, 784))
+  y = jnp.arange(6, dtype=jnp.int32)
+  theta = jax.tree_util.tree_map(lambda a: a * 0.9, w)
+  wt, c = jnp.ones((6,)), 2.4
+  g, h = rdp_pfl.per_example_terms(model, w, theta, x, y)
+  ref = rdp_pfl.clipped_sum_np(g - 0.01 * h, c)
+  got = meta.meta_clipped_sum(model, theta, 0.01)(w, x, y, wt, c).total
+  assert rdp_pfl.check_row(got, ref, 6, c)["ok"]
+  bad = [jax.tree_util.tree_map(lambda a: a * (1 + 1e-3), got),
+         meta.grad_clipped_sum(model, "vmap", at=theta)(w, x, y, wt, c).total,
+         meta.meta_clipped_sum(model, theta, -0.01)(w, x, y, wt, c).total]
+  for b in bad:
+    assert not rdp_pfl.check_row(b, ref, 6, c)["ok"]
+
+  # A failed row enters no ratio and is marked in RESULTS.md.
+  failed = [dict(r, ok=False) if r["name"] in ("second_order", "local_epoch_paper") else r
+            for r in rec["rows"]]
+  assert rdp_pfl.time_ratios(failed) == {"local_epoch": {
+      "local_epoch_per_example/local_epoch_first_order":
+          rec["ratios"]["local_epoch"]["local_epoch_per_example/local_epoch_first_order"]}}
+  md = bench_run.markdown({"timestamp": "t", "quick": True, "machine": rec["machine"],
+                           "rdp_pfl": rec})
+  assert "### RDP-PFL" in md and "| second_order | 8 | vmap (jvp of grad) |" in md
+  assert f"- B=8: time second_order/first_order_vmap = " \
+         f"{rec['ratios']['B=8']['second_order/first_order_vmap']:.2f}" in md
+  bad_rec = dict(rec, rows=failed, ratios=rdp_pfl.time_ratios(failed))
+  md = bench_run.markdown({"timestamp": "t", "quick": True, "machine": rec["machine"],
+                           "rdp_pfl": bad_rec})
+  assert md.count(" WRONG |") == 2 and "second_order/first_order_vmap" not in md
