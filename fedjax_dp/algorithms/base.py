@@ -120,6 +120,14 @@ class PrivacySpec:
       ``truncation``, ``event_scale``), or a non-empty tuple of `Release` with distinct
       names: every round makes each of them (they then replace those four fields,
       which must stay at their defaults). Not combinable with ``per_client``.
+    ledger_factory: with ``per_client``, ``ledger_factory(delta)`` makes the per-client
+      ledger instead of a `fedjax_dp.privacy.per_client.PerClientLedger`, for an
+      algorithm whose per-client releases a generic ledger cannot express (e.g.
+      DP-MOCHA's devices, each releasing only in the rounds it takes part in:
+      `fedjax_dp.algorithms.dp_mocha.device_ledger.DeviceLedger`). It must follow
+      PerClientLedger's protocol (``record_many``, ``epsilons``, ``worst_client``,
+      ``worst_epsilon``, ``worst_ledger``, ``to_dict`` and a ``from_dict``
+      classmethod). None: PerClientLedger.
 
   Raises:
     FedJaxDpError: on construction: an unknown unit, a relation that does not fit the
@@ -141,9 +149,13 @@ class PrivacySpec:
   clip_norm: Optional[float] = None
   clipped: str = ""
   releases: Optional[Tuple[Release, ...]] = None
+  ledger_factory: Optional[Callable[[float], Any]] = None
 
   def __post_init__(self):
     check_choice("unit", self.unit, ("user-level", "record-level"))
+    if self.ledger_factory is not None and not self.per_client:
+      raise FedJaxDpError("ledger_factory makes a per-client ledger: it needs "
+                          "per_client=True.", option="ledger_factory")
     events.neighboring_relation(self.sampler, None, self.relation)  # the pairing
     if self.releases is not None:
       self._check_releases()
@@ -197,7 +209,7 @@ class PrivacySpec:
 
   def make_ledger(self, delta: float):
     """An empty ledger for this mechanism's rounds: a `PrivacyLedger`, a
-    `PerClientLedger` when ``per_client``, or a `MultiReleaseLedger` (one ledger per
+    `PerClientLedger` (or ``ledger_factory``'s) when ``per_client``, or a `MultiReleaseLedger` (one ledger per
     release, each with its own truncation) with ``releases``."""
     if self.releases is not None:
       kwargs = self.ledger_kwargs()
@@ -206,6 +218,8 @@ class PrivacySpec:
                                 truncations={r.name: r.truncation for r in self.releases},
                                 **kwargs)
     if self.per_client:
+      if self.ledger_factory is not None:
+        return self.ledger_factory(delta)
       from fedjax_dp.privacy.per_client import PerClientLedger
       return PerClientLedger(self.num_clients, delta, **self.ledger_kwargs())
     return PrivacyLedger(delta, **self.ledger_kwargs())

@@ -10,6 +10,7 @@ from typing import Dict
 
 from fedjax_dp.algorithms.amplitude_varying.plugin import AmplitudeVarying
 from fedjax_dp.algorithms.dp_fedavg import DpFedAvg, DpFedAvgRecordLevel, DpFedSgd
+from fedjax_dp.algorithms.dp_mocha.plugin import DpMocha
 from fedjax_dp.algorithms.fedavg import FedAvg
 from fedjax_dp.algorithms.interface import FederatedAlgorithm
 from fedjax_dp.algorithms.padpfl.plugin import Padpfl
@@ -24,6 +25,7 @@ REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in (
     AmplitudeVarying(),
     Padpfl(),
     RdpPfl(),
+    DpMocha(),
 )}
 #: The algorithm of ``fedjax-dp run`` without ``--algorithm`` (the README's main job).
 DEFAULT = "dp_fedavg"

@@ -163,8 +163,12 @@ def make_device_evaluator(model, x: np.ndarray, y: np.ndarray,
 
 
 def _host_value(x) -> Any:
-  """One round's entry of a host metric: int for integer dtypes, else float."""
-  return int(x) if np.issubdtype(np.asarray(x).dtype, np.integer) else float(x)
+  """One round's entry of a host metric: int for integer dtypes, else float; a 1-D
+  entry (a per-client extra, e.g. which devices took part) becomes a list of them."""
+  arr = np.asarray(x)
+  if arr.ndim == 1:
+    return [_host_value(v) for v in arr]
+  return int(x) if np.issubdtype(arr.dtype, np.integer) else float(x)
 
 
 def _release_columns(releases: Any) -> Dict[str, Any]:
@@ -198,7 +202,8 @@ def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
   hands them to the per-client ledger. ``releases`` (several releases per round) is
   flattened into the fields ``{name}_noise_multiplier``, ``{name}_sampling_rate``,
   ``{name}_dp_steps``, ``{name}_noise_stddev``, ``{name}_sensitivity``, and ``extras``
-  into one field per name (ints stay ints, the rest are floats).
+  into one field per name (ints stay ints, the rest are floats; an extra of shape
+  ``[L, N]``, one value per client, becomes a list of N per record).
 
   Raises:
     FedJaxDpError: malformed ``releases`` or ``extras``, or a flattened field that

@@ -124,7 +124,8 @@ class RoundMetrics(NamedTuple):
   top-level ``noise_multiplier`` is then the smallest of the releases', its
   ``sampling_rate`` the largest and its ``dp_steps`` the total: a summary for reading,
   not what is accounted. None (the default) for one release per round.
-  ``extras`` maps names to float32 scalars: an algorithm's own per-round metrics (it
+  ``extras`` maps names to float32 (or int32) scalars, or ``[N]`` vectors with one entry
+  per client (e.g. which devices took part): an algorithm's own per-round metrics (it
   labels them for disclosure in its ``metric_labels``); None by default. The driver
   writes both into each record (`fedjax_dp.federated.driver.metrics_to_records`).
   """

@@ -137,8 +137,7 @@ def restored_ledger(spec, delta: float, records: List[Dict[str, Any]],
     FedJaxDpError: with releases, a record without a release's fields.
   """
   if spec.per_client:
-    from fedjax_dp.privacy.per_client import PerClientLedger
-    return PerClientLedger.from_dict(per_client)
+    return type(spec.make_ledger(delta)).from_dict(per_client)
   ledger = spec.make_ledger(delta)
   if records and _is_multi(spec):
     ledger.record_many(*_release_columns(spec, records))

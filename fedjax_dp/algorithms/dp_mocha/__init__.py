@@ -1,0 +1,9 @@
+"""Paper 002 (Hu, Guo, Li, Pei, Gong): DP-MOCHA, personalised federated multi-task SVMs
+with differentially private uploads under stragglers and dropped devices.
+
+Modules: `objective` (P, D, gap, eq. 6), `sdca` (eq. 7's local solver), `server`
+(eq. 3, line 10), `heterogeneity` (tau, drops), `mechanism` (lines 6-7 and what they
+provably bound), `paper_calibration` (Lemma 4, Corollary 4, Theorem 5),
+`device_ledger` (per-device exact Gaussian composition), `algorithm` (Algorithm 1),
+`plugin` (``fedjax-dp run --algorithm dp_mocha``).
+"""

@@ -1,0 +1,217 @@
+"""Per-device privacy ledgers of DP-MOCHA (paper 002): each device's guarantee is the
+composition of *its* Gaussian releases over the rounds it took part in (record-level DP
+on each device's own data, replace-one; note 002 Sec. 14.18); the run's guarantee is
+the worst device's.
+
+Every release of every round is a Gaussian mechanism without amplification (the SDCA
+coordinate draws are with replacement over a state that depends on every sample, and
+the server sees who uploaded, so neither the paper's q nor its p is claimed). Gaussian
+mechanisms compose exactly into one Gaussian mechanism: k releases with noise
+multipliers z_1..z_k are, for every (epsilon, delta), exactly as private as one with
+z = (sum_j z_j^-2)^-1/2 (their privacy loss distributions are Gaussians whose means and
+variances add; Dong, Roth, Su 2019, Cor. 3.3, mu-GDP composition). So a device's whole
+history is one number, rho_t = sum over its releases of z^-2, and its epsilon is that of
+``GaussianDpEvent(rho_t^-1/2)`` under dp-accounting's RDP or PLD accountant.
+
+`DeviceLedger` follows the per-client ledger protocol of
+`fedjax_dp.privacy.per_client.PerClientLedger` (``record_many``, ``epsilons``,
+``worst_client``, ``worst_epsilon``, ``worst_ledger``, ``to_dict``/``from_dict``), with
+``+inf`` as "released nothing this round" (a dropped device).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, Optional
+
+import dp_accounting
+import numpy as np
+from dp_accounting.rdp import rdp_privacy_accountant
+
+from fedjax_dp.privacy.accountants import ACCOUNTANTS, DEFAULT_RDP_ORDERS
+from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
+
+_FORMAT = "fedjax_dp.dp_mocha.DeviceLedger"
+_VERSION = 1
+
+
+def gaussian_epsilon(rho: float, delta: float, accountant: str = "rdp") -> float:
+  """Epsilon at ``delta`` of one Gaussian mechanism with noise multiplier rho^-1/2 (the
+  exact composition of releases whose z^-2 sum to ``rho``); 0 for rho = 0, inf for
+  rho = inf.
+
+  Raises:
+    FedJaxDpError: rho < 0 or NaN, bad delta or accountant.
+  """
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  delta = check_delta(delta)
+  if not rho >= 0:
+    raise FedJaxDpError(f"rho must be >= 0, got {rho!r}.", option="rho")
+  if rho == 0:
+    return 0.0
+  if math.isinf(rho):
+    return math.inf
+  event = dp_accounting.GaussianDpEvent(rho ** -0.5)
+  if accountant == "rdp":
+    acc = dp_accounting.rdp.RdpAccountant(list(DEFAULT_RDP_ORDERS))
+  else:
+    interval = max(1e-4, 1e-6 * gaussian_epsilon(rho, delta, "rdp"))
+    acc = dp_accounting.pld.PLDAccountant(value_discretization_interval=interval)
+  acc.compose(event)
+  return float(acc.get_epsilon(delta))
+
+
+class DeviceLedger:
+  """Per-device exact composition of unamplified Gaussian releases (module docstring).
+
+  Example::
+
+    ledger = DeviceLedger(num_clients=30, delta=1e-3)
+    worst = ledger.record_many(z_block)   # z_block float [L, 30], inf = no release
+    eps = ledger.epsilons()               # float64 [30]
+  """
+
+  def __init__(self, num_clients: int, delta: float, population_size: int = 1):
+    """Args:
+      num_clients: m >= 1 devices.
+      delta: the delta of every epsilon, in (0, 1).
+      population_size: only for `worst_ledger`'s plain-Gaussian event (any m = n).
+
+    Raises:
+      FedJaxDpError: invalid arguments.
+    """
+    self._n = check_int("num_clients", num_clients, minimum=1)
+    self._delta = check_delta(delta)
+    self._population = check_int("population_size", population_size, minimum=1)
+    self._rho = np.zeros(self._n, np.float64)
+    self._releases = np.zeros(self._n, np.int64)
+    self._rounds = 0
+    self._eps_cache: Dict[float, float] = {}
+
+  @property
+  def num_clients(self) -> int:
+    return self._n
+
+  @property
+  def num_rounds(self) -> int:
+    return self._rounds
+
+  @property
+  def delta(self) -> float:
+    return self._delta
+
+  @property
+  def rho(self) -> np.ndarray:
+    """float64 ``[m]``: every device's sum of z^-2 so far (a copy)."""
+    return self._rho.copy()
+
+  @property
+  def releases(self) -> np.ndarray:
+    """int64 ``[m]``: the rounds each device released in (took part in)."""
+    return self._releases.copy()
+
+  def _eps(self, rho: float) -> float:
+    if rho not in self._eps_cache:
+      if rho == 0:
+        self._eps_cache[rho] = 0.0
+      elif math.isinf(rho):
+        self._eps_cache[rho] = math.inf
+      else:
+        orders = np.asarray(DEFAULT_RDP_ORDERS, np.float64)
+        eps, _ = rdp_privacy_accountant.compute_epsilon(orders, orders * rho / 2.0,
+                                                        self._delta)
+        self._eps_cache[rho] = float(eps)
+    return self._eps_cache[rho]
+
+  def record_many(self, noise_multipliers: Any, sampling_rates: Any = 1.0,
+                  dp_steps: Any = 1) -> np.ndarray:
+    """Records L rounds and returns the worst device's RDP epsilon after each.
+
+    Args:
+      noise_multipliers: float ``[L, m]``: device t's noise multiplier in each round (its
+        releases composed), +inf where it released nothing; 0 means no noise (epsilon
+        inf).
+      sampling_rates: must be 1 (no amplification is claimed).
+      dp_steps: must be 1.
+
+    Returns:
+      float64 ``[L]``.
+
+    Raises:
+      FedJaxDpError: wrong shape, NaN or negative entries, sampling rates or steps other
+        than 1 (nothing is recorded).
+    """
+    z = np.asarray(noise_multipliers, np.float64)
+    if z.ndim != 2 or z.shape[1] != self._n:
+      raise FedJaxDpError(f"noise_multipliers must be [rounds, num_clients={self._n}], got "
+                          f"shape {z.shape}.", option="noise_multipliers")
+    if np.any(np.isnan(z)) or np.any(z < 0):
+      raise FedJaxDpError("noise_multipliers must be >= 0 (inf: no release), got NaN or a "
+                          "negative entry.", option="noise_multipliers")
+    if np.any(np.asarray(sampling_rates) != 1) or np.any(np.asarray(dp_steps) != 1):
+      raise FedJaxDpError("DeviceLedger claims no amplification: sampling_rates and "
+                          "dp_steps must be 1.", option="sampling_rates")
+    with np.errstate(divide="ignore"):
+      inc = np.where(np.isinf(z), 0.0, np.where(z == 0, np.inf, 1.0 / z ** 2))
+    cum = self._rho[None, :] + np.cumsum(inc, axis=0)
+    self._rho = cum[-1].copy() if len(z) else self._rho
+    self._releases += np.sum(~np.isinf(z), axis=0)
+    self._rounds += len(z)
+    return np.array([self._eps(float(r)) for r in cum.max(axis=1)], np.float64)
+
+  def epsilons(self, delta: Optional[float] = None, accountant: str = "rdp") -> np.ndarray:
+    """float64 ``[m]``: every device's epsilon."""
+    d = self._delta if delta is None else check_delta(delta)
+    if accountant == "rdp" and d == self._delta:
+      return np.array([self._eps(float(r)) for r in self._rho])
+    return np.array([gaussian_epsilon(float(r), d, accountant) for r in self._rho])
+
+  def worst_client(self, delta: Optional[float] = None, accountant: str = "rdp") -> int:
+    """The (smallest) id of a device with the largest epsilon (the largest rho)."""
+    return int(np.argmax(self._rho))
+
+  def worst_epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """The largest epsilon over devices."""
+    d = self._delta if delta is None else check_delta(delta)
+    return gaussian_epsilon(float(self._rho.max()), d, accountant)
+
+  def worst_ledger(self, delta: Optional[float] = None,
+                   accountant: str = "rdp") -> PrivacyLedger:
+    """A `PrivacyLedger` holding the worst device's composition as the one Gaussian
+    release it equals (replace-one, no sampling)."""
+    led = PrivacyLedger(self._delta, sampler="fixed_size", relation="replace_one",
+                        population_size=self._population, cohort_size=self._population,
+                        privacy_unit="record")
+    rho = float(self._rho.max())
+    if rho > 0:
+      led.record(0.0 if math.isinf(rho) else rho ** -0.5, 1.0, 1)
+    return led
+
+  def to_dict(self) -> Dict[str, Any]:
+    """JSON-serialisable state (`from_dict` restores it; rho may hold inf -> None)."""
+    return {"format": _FORMAT, "version": _VERSION, "num_clients": self._n,
+            "delta": self._delta, "population_size": self._population,
+            "rho": [None if math.isinf(r) else float(r) for r in self._rho],
+            "releases": self._releases.tolist(), "rounds": self._rounds}
+
+  @classmethod
+  def from_dict(cls, state: Dict[str, Any]) -> "DeviceLedger":
+    """Inverse of `to_dict`.
+
+    Raises:
+      FedJaxDpError: not a DeviceLedger dict.
+    """
+    if not isinstance(state, dict) or state.get("format") != _FORMAT or \
+        state.get("version") != _VERSION:
+      raise FedJaxDpError(f"state must come from DeviceLedger.to_dict() (format "
+                          f"{_FORMAT!r}, version {_VERSION}).")
+    out = cls(state["num_clients"], state["delta"], state.get("population_size", 1))
+    out._rho = np.array([math.inf if r is None else r for r in state["rho"]], np.float64)
+    out._releases = np.asarray(state["releases"], np.int64)
+    out._rounds = int(state["rounds"])
+    return out
+
+  def __repr__(self) -> str:
+    return (f"DeviceLedger(num_clients={self._n}, rounds={self._rounds}, "
+            f"worst_rho={self._rho.max():.4g})")
