@@ -166,13 +166,18 @@ def initial_state(m: int, n_max: int, d: int) -> ServerState:
   return ServerState({"w": jnp.zeros((m, d), jnp.float32)}, aux, jnp.zeros((), jnp.int32))
 
 
-def make_round(config: DpMochaConfig, num_devices: int, n_min: int):
+def make_round(config: DpMochaConfig, num_devices: int, n_min: int,
+               expose_releases: bool = False):
   """The compiled-round function of Algorithm 1 (module docstring).
 
   Args:
     config: a `DpMochaConfig`.
     num_devices: m (beta = xi m).
     n_min: min_t n_t, the static maximum of local steps.
+    expose_releases: also put the round's `mechanism.Noised` (dalpha~, du and their
+      noise scales, which stay on the devices in a real deployment) in
+      ``extras["releases"]``, for canary audits that observe what the ledger accounts
+      as released (`fedjax_dp.algorithms.audit_targets`); never for runs.
 
   Returns:
     ``round_fn(state, problem, hp, root_key) -> (state, RoundMetrics)`` with
@@ -249,6 +254,8 @@ def make_round(config: DpMochaConfig, num_devices: int, n_min: int):
         "device_dual_noise_multiplier": f32(z1),
         "device_primal_noise_multiplier": f32(z2),
     }
+    if expose_releases:
+      extras["releases"] = noised
     finite_z = jnp.where(active, z, jnp.inf)
     metrics = RoundMetrics(
         round=r, train_loss=f32(train_hinge), num_clients=n_active.astype(jnp.int32),
@@ -365,7 +372,7 @@ def simulate(problem: Problem, config: DpMochaConfig, hparams: DpMochaHParams,
 def dp_mocha(model, data, *, lam: float = 0.1, xi: float = 0.5, inner_rounds: int = 2000,
              s2_mode: str = "noisy_l2", resync: bool = True, update_omega: bool = True,
              tau: float = 0.0, drop_probability: float = 0.0, sigma1=0.0, sigma2=0.0,
-             private: bool = True):
+             private: bool = True, expose_releases: bool = False):
   """DP-MOCHA as an `fedjax_dp.algorithms.base.Algorithm` for the run loop.
 
   Args:
@@ -377,6 +384,7 @@ def dp_mocha(model, data, *, lam: float = 0.1, xi: float = 0.5, inner_rounds: in
     tau, drop_probability: heterogeneity (Sec. VII-A).
     sigma1, sigma2: noise multipliers, scalars or float ``[m]`` per device.
     private: False for the non-private baseline (sigma1 = sigma2 = 0, no ledger).
+    expose_releases: `make_round`'s (canary audits only).
 
   Returns:
     An `Algorithm` whose ``privacy`` (when private) is record-level, replace-one,
@@ -405,7 +413,7 @@ def dp_mocha(model, data, *, lam: float = 0.1, xi: float = 0.5, inner_rounds: in
   if np.any(s1v < 0) or np.any(s2v < 0) or not (np.all(np.isfinite(s1v))
                                                 and np.all(np.isfinite(s2v))):
     raise FedJaxDpError("sigma1 and sigma2 must be finite and >= 0.", option="sigma1")
-  round_fn = make_round(config, m, n_min)
+  round_fn = make_round(config, m, n_min, expose_releases)
 
   def init(key):
     del key
