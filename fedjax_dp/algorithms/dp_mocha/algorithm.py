@@ -213,7 +213,7 @@ def make_round(config: DpMochaConfig, num_devices: int, n_min: int,
         jnp.arange(m))
     k_steps, k_drop, k_sdca, k_b, k_p = (dev_keys[:, i] for i in range(5))
     u_steps = jax.vmap(lambda k: jax.random.uniform(k))(k_steps)
-    steps = jnp.floor(n_min * (1.0 - hp.tau * u_steps)).astype(jnp.int32)
+    steps = heterogeneity.steps_from_uniform(u_steps, n_min, hp.tau)
     active = jax.vmap(lambda k: jax.random.uniform(k))(k_drop) >= hp.drop_probability
 
     c = beta * jnp.diagonal(omega) / (2.0 * lam)

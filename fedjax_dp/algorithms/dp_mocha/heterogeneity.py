@@ -2,9 +2,9 @@
 compiled round from arrays, so sweeps over tau and the drop probability never recompile.
 
 * Device variability tau in [0, 1]: each device runs n_iter ~ U[(1 - tau) n_min, n_min]
-  local SDCA steps, floored to an integer and redrawn every round for every device
-  (note 002 Sec. 14.11; tau = 0 gives n_min everywhere, the homogeneous scenario);
-  n_min = min_t n_t.
+  local SDCA steps, uniform on the integers of that range and redrawn every round for
+  every device (note 002 Sec. 14.11; tau = 0 gives n_min everywhere, the homogeneous
+  scenario); n_min = min_t n_t.
 * Node dropping: each device drops in each round independently with probability P
   (theta_t^k = 1: no upload, no progress, no privacy spent).
 """
@@ -15,11 +15,19 @@ import jax
 import jax.numpy as jnp
 
 
+def steps_from_uniform(u: jax.Array, n_min: int, tau) -> jax.Array:
+  """The step counts of uniforms ``u`` in [0, 1): uniform on the integers
+  lo..n_min with lo = ceil((1 - tau) n_min), i.e. lo + floor(u (n_min - lo + 1)), so
+  the mean is (lo + n_min) / 2 ~ (1 - tau / 2) n_min (the paper's U[(1 - tau) n_min,
+  n_min] on integers; tau = 0 gives n_min). int32, shaped like ``u``."""
+  lo = jnp.ceil((1.0 - tau) * n_min - 1e-6)
+  steps = lo + jnp.floor(u * (n_min - lo + 1.0))
+  return jnp.clip(steps, 0, n_min).astype(jnp.int32)
+
+
 def local_steps(key: jax.Array, num_devices: int, n_min: int, tau) -> jax.Array:
-  """int32 ``[m]``: floor(n_min (1 - tau u)) with u ~ U[0, 1), in
-  [floor((1 - tau) n_min), n_min]."""
-  u = jax.random.uniform(key, (num_devices,))
-  return jnp.floor(n_min * (1.0 - tau * u)).astype(jnp.int32)
+  """int32 ``[m]``: every device's local SDCA steps this round (`steps_from_uniform`)."""
+  return steps_from_uniform(jax.random.uniform(key, (num_devices,)), n_min, tau)
 
 
 def active_devices(key: jax.Array, num_devices: int, drop_probability) -> jax.Array:
@@ -29,6 +37,7 @@ def active_devices(key: jax.Array, num_devices: int, drop_probability) -> jax.Ar
 
 def expected_sampling_rate(n_min: int, counts, tau: float):
   """The paper's data sampling rate at the expected step count:
-  q_t = (1 - tau / 2) n_min / n_t (note 002 Sec. 14.8), float64 ``[m]`` (numpy)."""
+  q_t = (1 - tau / 2) n_min / n_t (note 002 Sec. 14.8; the integer draws'
+  mean is within half a step of it), float64 ``[m]`` (numpy)."""
   import numpy as np
   return (1.0 - tau / 2.0) * n_min / np.asarray(counts, np.float64)

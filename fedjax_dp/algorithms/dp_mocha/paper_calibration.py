@@ -31,7 +31,15 @@ def gaussian_sigma(epsilon: float, delta: float) -> float:
 
 
 def lemma4_epsilon(q: float, epsilon1: float, epsilon2: float) -> float:
-  """Per-iteration privacy loss of Lemma 4: sqrt(q^2 eps1^2 + eps2^2)."""
+  """Per-iteration privacy loss of Lemma 4: sqrt(q^2 eps1^2 + eps2^2).
+
+  Raises:
+    FedJaxDpError: q outside (0, 1] or a negative epsilon.
+  """
+  q = check_probability("q", q)
+  if epsilon1 < 0 or epsilon2 < 0:
+    raise FedJaxDpError(f"epsilon1, epsilon2 must be >= 0, got {epsilon1}, {epsilon2}.",
+                        option="epsilon1")
   return math.sqrt(q * q * epsilon1 * epsilon1 + epsilon2 * epsilon2)
 
 
@@ -92,9 +100,13 @@ def theorem5_epsilon(sigma1: float, delta: float, q: float, p: float, rounds: in
                      r: float = 1.0) -> float:
   """The inverse of `theorem5_sigmas`: the epsilon Theorem 5 (with Sec. 6.1's constants)
   claims for noise multiplier ``sigma1`` (and sigma2 = sigma1 / r); inf for sigma1 = 0."""
+  q = check_probability("q", q)
+  p = check_probability("p", p)
+  rounds = check_int("rounds", rounds, minimum=1)
+  r = check_positive("r", r)
+  c = math.sqrt(2.0 * math.log(1.25 / check_delta(delta)))
   if sigma1 <= 0:
     return math.inf
-  c = math.sqrt(2.0 * math.log(1.25 / check_delta(delta)))
   return c * p * math.sqrt(rounds * (q * q + r * r)) / sigma1
 
 
