@@ -84,7 +84,13 @@ def test_gaussian_sigma_errors():
 def test_lemma4_formula():
   assert pc.lemma4_epsilon(0.5, 0.4, 0.3) == pytest.approx(math.sqrt(0.04 + 0.09))
   assert pc.lemma4_epsilon(1.0, 0.3, 0.4) == pytest.approx(0.5)
-  assert pc.lemma4_epsilon(0.0, 0.9, 0.2) == pytest.approx(0.2)
+  assert pc.lemma4_epsilon(1e-9, 0.9, 0.2) == pytest.approx(0.2)
+  with pytest.raises(FedJaxDpError, match="q must be in"):
+    pc.lemma4_epsilon(0.0, 0.9, 0.2)
+  with pytest.raises(FedJaxDpError, match="epsilon1"):
+    pc.lemma4_epsilon(0.5, -0.1, 0.2)
+  with pytest.raises(FedJaxDpError, match="rounds"):
+    pc.theorem5_epsilon(2.0, 1e-3, 0.5, 1.0, 0)
 
 
 @pytest.mark.parametrize("eps,k,p,q,sigma,eps1,_", NOTE_TABLE)
