@@ -6,6 +6,7 @@
 """
 
 from fedjax_dp.algorithms import amplitude_varying  # the package (paper 004)
+from fedjax_dp.algorithms import dp_mocha  # the package (paper 002)
 from fedjax_dp.algorithms import padpfl  # the package (paper 000)
 from fedjax_dp.algorithms import rdp_pfl  # the package (paper 003)
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
@@ -18,4 +19,4 @@ ALGORITHMS = {name: plugin.function for name, plugin in REGISTRY.items()}
 
 __all__ = ["Algorithm", "PrivacySpec", "FederatedAlgorithm", "REGISTRY", "ALGORITHMS",
            "dp_fedavg", "dp_fedsgd", "dp_fedavg_record_level", "fedavg",
-           "amplitude_varying", "padpfl", "rdp_pfl"]
+           "amplitude_varying", "dp_mocha", "padpfl", "rdp_pfl"]

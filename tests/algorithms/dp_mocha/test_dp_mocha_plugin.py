@@ -125,17 +125,24 @@ def test_metrics_fields_and_objective(private_run):
 
 
 def test_non_private_baseline_learns(tmp_path):
+  """On the rebuilt HAR features (the default dataset) the non-private per-device SVMs
+  beat the majority class by far within a few rounds."""
   _, rows, s = _run(tmp_path, mechanism="none", tau=0.0, drop_probability=0.0,
-                    outer_rounds=3)
+                    outer_rounds=3, dataset="har_features", lam=0.001, rounds=12)
+  assert s["dataset"].startswith("har_features")
+  assert "rebuilt" in s["features_note"]
+  assert s["final_test_error"] < 0.5 * (1 - s["majority_class_accuracy"])
   assert s["epsilon"] is None and s["guarantee"] == "none (non-private)"
   assert all(r["dual_noise_std"] == 0 and r["primal_noise_std"] == 0 for r in rows)
   assert all(r["devices_active"] == 30 for r in rows)
-  # Noise-free block coordinate ascent: the dual objective never increases.
-  duals = [r["dual"] for r in rows]
-  assert all(b <= a + 1e-3 * abs(a) for a, b in zip(duals, duals[1:]))
+  # Noise-free block coordinate ascent: within an outer iteration (fixed Omega) the dual
+  # objective never increases (Omega changes before rounds 5 and 9, K = 4).
+  pairs = [(a["dual"], b["dual"]) for a, b in zip(rows, rows[1:]) if b["round"] % 4 != 1]
+  assert len(pairs) == 9
+  assert all(db <= da + 1e-3 * abs(da) for da, db in pairs)
   # Extending the run would change K = rounds / H: refused, naming the option.
   with pytest.raises(FedJaxDpError, match="inner_rounds"):
-    run(RunConfig.from_dict({"resume": str(tmp_path / "run"), "resume_rounds": 9}),
+    run(RunConfig.from_dict({"resume": str(tmp_path / "run"), "resume_rounds": 15}),
         progress=False)
 
 
