@@ -81,7 +81,7 @@ class DpMochaConfig:
     update_omega: learn Omega (False: Omega stays I / m; the devices' problems are then
       independent: local SVMs).
   """
-  lam: float = 0.1
+  lam: float = 0.001
   xi: float = 0.5
   inner_rounds: int = 2000
   s2_mode: str = "noisy_l2"
@@ -369,7 +369,7 @@ def simulate(problem: Problem, config: DpMochaConfig, hparams: DpMochaHParams,
   return out
 
 
-def dp_mocha(model, data, *, lam: float = 0.1, xi: float = 0.5, inner_rounds: int = 2000,
+def dp_mocha(model, data, *, lam: float = 0.001, xi: float = 0.5, inner_rounds: int = 2000,
              s2_mode: str = "noisy_l2", resync: bool = True, update_omega: bool = True,
              tau: float = 0.0, drop_probability: float = 0.0, sigma1=0.0, sigma2=0.0,
              private: bool = True, expose_releases: bool = False):
