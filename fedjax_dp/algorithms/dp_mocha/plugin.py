@@ -163,8 +163,19 @@ class DpMocha(FederatedAlgorithm):
   def model_spec(self, options, run) -> ModelSpec:
     return ModelSpec("linear")  # per-device linear SVMs live in the algorithm's state
 
-  def _sigmas(self, options, run, counts) -> Dict[str, Any]:
-    """Per-device sigma1, sigma2 by the chosen calibration, and what it used."""
+  def noise_multipliers(self, options, run, counts) -> Dict[str, Any]:
+    """Per-device sigma1, sigma2 by ``options.calibration`` for a run of ``run.rounds``
+    rounds at ``run.delta`` (the experiments reuse it).
+
+    Args:
+      options: `DpMochaOptions`; run: the `RunConfig` (rounds, delta); counts: int ``[m]``
+        the devices' training rows n_t.
+
+    Returns:
+      ``{"sigma1": float64 [m], "sigma2": [m], "q": [m] the paper's sampling rates
+      (1 - tau / 2) n_min / n_t, "p": 1 - P, "k": the rounds calibrated for, "paper":
+      [m] PaperSigmas of Theorem 5}``.
+    """
     counts = np.asarray(counts, np.float64)
     n_min = counts.min()
     q = (1.0 - options.tau / 2.0) * n_min / counts
@@ -185,7 +196,7 @@ class DpMocha(FederatedAlgorithm):
   def build(self, setup):
     o, run = setup.options, setup.run
     private = o.mechanism == "gaussian"
-    cal = self._sigmas(o, run, setup.data.counts) if private else None
+    cal = self.noise_multipliers(o, run, setup.data.counts) if private else None
     alg = dp_mocha(
         setup.model, setup.data, lam=o.lam, xi=o.xi,
         inner_rounds=run.rounds // o.outer_rounds, s2_mode=o.s2_mode, resync=o.resync,
@@ -263,7 +274,7 @@ class DpMocha(FederatedAlgorithm):
         epsilon_corollary4=max(x["epsilon"] for x in cor4),
         corollary4_conditions_hold=bool(all(x["conditions_hold"] for x in cor4)),
         gaussian_condition_holds=bool(all(x.gaussian_valid for x in
-                                          self._sigmas(setup.options, run,
+                                          self.noise_multipliers(setup.options, run,
                                                        setup.data.counts)["paper"])),
         device_releases=releases.astype(int).tolist(),
         sigma1=s1.tolist(), sigma2=s2.tolist(), calibration=c["calibration"],
