@@ -209,8 +209,9 @@ class PrivacySpec:
 
   def make_ledger(self, delta: float):
     """An empty ledger for this mechanism's rounds: a `PrivacyLedger`, a
-    `PerClientLedger` (or ``ledger_factory``'s) when ``per_client``, or a `MultiReleaseLedger` (one ledger per
-    release, each with its own truncation) with ``releases``."""
+    `PerClientLedger` (or ``ledger_factory``'s) when ``per_client``, or a
+    `MultiReleaseLedger` (one ledger per release, each with its own truncation) with
+    ``releases``."""
     if self.releases is not None:
       kwargs = self.ledger_kwargs()
       del kwargs["truncation"]

@@ -285,8 +285,9 @@ class DpMocha(FederatedAlgorithm):
     lines = []
     err = s.get("final_test_error")
     if err is not None:
-      lines.append(f"mean per-device test error {err:.4f} (features: "
-                   f"{'rebuilt from raw recordings' if 'har_features' in s['dataset'] else s['dataset']})")
+      where = ("rebuilt from raw recordings" if "har_features" in s["dataset"]
+               else s["dataset"])
+      lines.append(f"mean per-device test error {err:.4f} (features: {where})")
     if s.get("epsilon_paper") is not None:
       lines.append(f"paper 002's own epsilon (Theorem 5): {s['epsilon_paper']:.3g}; with the "
                    f"paper's sensitivities and no amplification: "

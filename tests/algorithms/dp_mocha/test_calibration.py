@@ -391,8 +391,8 @@ def test_expected_sampling_rate():
 def test_round_draws_follow_the_heterogeneity_model():
   """Inside make_round (which draws the step counts and drops from arrays): over 100
   rounds of 6 devices with tau = 0.6 and P = 0.3, steps lie in [ceil(0.4 n_min), n_min]
-  with mean ~ (ceil(0.4 n_min) + n_min) / 2 and about 70% of devices upload; a dropped device uploads
-  nothing and releases nothing (noise multiplier +inf)."""
+  with mean ~ (ceil(0.4 n_min) + n_min) / 2 and about 70% of devices upload; a dropped
+  device uploads nothing and releases nothing (noise multiplier +inf)."""
   rng = np.random.default_rng(0)
   m, n_max, d = 6, 20, 4
   counts = np.array([20, 15, 18, 12, 20, 16])
