@@ -207,7 +207,8 @@ class DpMocha(FederatedAlgorithm):
       alg = dataclasses.replace(alg, config={
           **alg.config, "calibration": o.calibration, "epsilon_target": o.epsilon,
           "calibration_rounds": cal["k"], "sampling_rate_paper": cal["q"].tolist(),
-          "active_probability_paper": cal["p"], "budget_ratio": o.budget_ratio})
+          "active_probability_paper": cal["p"], "budget_ratio": o.budget_ratio,
+          "gaussian_condition_holds": bool(all(c.gaussian_valid for c in cal["paper"]))})
     return alg
 
   def calibrates(self, options) -> bool:
@@ -273,9 +274,7 @@ class DpMocha(FederatedAlgorithm):
             "steps; the run's epsilon uses the provable sensitivities instead"),
         epsilon_corollary4=max(x["epsilon"] for x in cor4),
         corollary4_conditions_hold=bool(all(x["conditions_hold"] for x in cor4)),
-        gaussian_condition_holds=bool(all(x.gaussian_valid for x in
-                                          self.noise_multipliers(setup.options, run,
-                                                       setup.data.counts)["paper"])),
+        gaussian_condition_holds=c["gaussian_condition_holds"],
         device_releases=releases.astype(int).tolist(),
         sigma1=s1.tolist(), sigma2=s2.tolist(), calibration=c["calibration"],
         calibration_rounds=k, epsilon_target=c["epsilon_target"])
