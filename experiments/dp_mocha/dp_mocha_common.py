@@ -433,22 +433,20 @@ def mean_std(values) -> Tuple[float, float]:
   return statistics.fmean(v), (statistics.stdev(v) if len(v) > 1 else 0.0)
 
 
-def fmt(values, digits: int = 4) -> str:
-  """``mean ± std`` (``mean`` for one value, ``n/a`` for none)."""
+def fmt(values, digits: int = 4, spec: str = "f") -> str:
+  """``mean ± std`` (``mean`` for one value, ``n/a`` for none), ``digits`` decimals; with
+  ``spec="g"`` 4 significant digits and a 2-digit std (objectives spanning decades)."""
   v = [x for x in values if x is not None and math.isfinite(x)]
   if not v:
     return "n/a"
   m, s = mean_std(v)
-  return f"{m:.{digits}f}" if len(v) == 1 else f"{m:.{digits}f} ± {s:.{digits}f}"
+  mf, sf = (f".{digits}f", f".{digits}f") if spec == "f" else (".4g", ".2g")
+  return f"{m:{mf}}" if len(v) == 1 else f"{m:{mf}} ± {s:{sf}}"
 
 
 def fmt_g(values) -> str:
-  """``mean ± std`` with 4 significant digits (for objectives spanning decades)."""
-  v = [x for x in values if x is not None and math.isfinite(x)]
-  if not v:
-    return "n/a"
-  m, s = mean_std(v)
-  return f"{m:.4g}" if len(v) == 1 else f"{m:.4g} ± {s:.2g}"
+  """`fmt` with 4 significant digits (for objectives spanning decades)."""
+  return fmt(values, spec="g")
 
 
 def fmt_eps(v) -> str:

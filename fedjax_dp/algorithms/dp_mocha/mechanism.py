@@ -102,7 +102,6 @@ def perturb(key_b: jax.Array, key_p: jax.Array, dalpha: jax.Array, x: jax.Array,
   std1 = s1 * sigma1
   b = jax.vmap(lambda k, n: jax.random.normal(k, n.shape))(key_b, dalpha) * std1[:, None]
   noisy = (dalpha + b) * mask
-  clean_norm = jnp.linalg.norm(dalpha * mask, axis=1)
   if s2_mode == "noisy_l2":
     s2 = 2.0 * xi * jnp.linalg.norm(noisy, axis=1)
     upload = noisy
@@ -110,7 +109,7 @@ def perturb(key_b: jax.Array, key_p: jax.Array, dalpha: jax.Array, x: jax.Array,
     s2 = jnp.full(dalpha.shape[:1], 2.0 * xi, jnp.float32)
     upload = jnp.clip(noisy, -1.0, 1.0)
   elif s2_mode == "clean_l2":
-    s2 = 2.0 * xi * clean_norm
+    s2 = 2.0 * xi * jnp.linalg.norm(dalpha * mask, axis=1)
     upload = noisy
   else:
     raise ValueError(f"s2_mode must be one of {S2_MODES}, got {s2_mode!r}")
