@@ -166,7 +166,7 @@ def test_round_config_population_weight(value):
 
 @SETTINGS
 @given(name=st.text(min_size=1, max_size=12).filter(
-    lambda s: s not in ("mlp", "cnn", "lenet5", "har_cnn", "linear")))
+    lambda s: s not in ("mlp", "cnn", "lenet5", "cnn_fc50", "har_cnn", "linear")))
 def test_unknown_model(name):
   _raises(lambda: create_model(name, (4,), 3), "model")
 

@@ -167,7 +167,7 @@ NAME = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_0123456789", min_size=1, max
 def test_unknown_names(capsys, tmp_path, flag, name):
   known = {"--dataset": ("har", "fashion_mnist", "mnist", "emnist", "cifar10", "adult",
                          "synthetic"),
-           "--model": ("mlp", "cnn", "lenet5", "har_cnn", "linear"),
+           "--model": ("mlp", "cnn", "lenet5", "cnn_fc50", "har_cnn", "linear"),
            "--partition": ("natural", "iid", "dirichlet", "shards", "quantity_skew")}[flag]
   if name in known:
     return

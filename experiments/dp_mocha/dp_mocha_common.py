@@ -43,7 +43,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import results_store  # noqa: E402  (experiments/results_store.py; compilation cache on)
 
 from fedjax_dp.algorithms.dp_mocha import algorithm as mocha  # noqa: E402
-from fedjax_dp.algorithms.dp_mocha import device_ledger, objective  # noqa: E402
+from fedjax_dp.algorithms.dp_mocha import objective  # noqa: E402
+from fedjax_dp.privacy import device_ledger  # noqa: E402
 from fedjax_dp.algorithms.dp_mocha import paper_calibration, plugin  # noqa: E402
 from fedjax_dp.data import load_dataset  # noqa: E402
 from fedjax_dp.validation import FedJaxDpError  # noqa: E402

@@ -124,7 +124,7 @@ class PrivacySpec:
       ledger instead of a `fedjax_dp.privacy.per_client.PerClientLedger`, for an
       algorithm whose per-client releases a generic ledger cannot express (e.g.
       DP-MOCHA's devices, each releasing only in the rounds it takes part in:
-      `fedjax_dp.algorithms.dp_mocha.device_ledger.DeviceLedger`). It must follow
+      `fedjax_dp.privacy.device_ledger.DeviceLedger`). It must follow
       PerClientLedger's protocol (``record_many``, ``epsilons``, ``worst_client``,
       ``worst_epsilon``, ``worst_ledger``, ``to_dict`` and a ``from_dict``
       classmethod). None: PerClientLedger.

@@ -24,7 +24,7 @@ from fedjax_dp.validation import FedJaxDpError, check_choice
 
 Params = Any
 
-MODEL_NAMES = ("mlp", "cnn", "cnn3", "lenet5", "har_cnn", "linear")
+MODEL_NAMES = ("mlp", "cnn", "cnn3", "lenet5", "cnn_fc50", "har_cnn", "linear")
 LOSSES = ("cross_entropy", "hinge")
 
 
@@ -95,7 +95,8 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
   Args:
     name: one of ``MODEL_NAMES``: ``"mlp"`` (hidden widths ``hidden``), ``"cnn"``
       (2-conv MNIST-style CNN, needs an image ``[H, W]`` or ``[H, W, C]``), ``"lenet5"``
-      (LeNet-5, paper 004's CNN), ``"cnn3"`` (paper 003's 3-conv CIFAR CNN; its
+      (LeNet-5, paper 004's CNN), ``"cnn_fc50"`` (two 5x5 convolutions, a per-example
+      norm and a 50-unit dense layer: paper 001's CNN, 21,880 parameters), ``"cnn3"`` (paper 003's 3-conv CIFAR CNN; its
       dense widths are ``hidden``, default (200, 200) -> give (128, 256) for the
       paper's),
       ``"har_cnn"`` (1-D CNN, needs ``[T, channels]``), ``"linear"``.
@@ -131,6 +132,11 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
       raise FedJaxDpError(f"model 'lenet5' needs images of at least 16x16 ([H, W] or "
                           f"[H, W, C]), got {feature_shape}.")
     module = modules.LeNet5(num_classes=num_classes)
+  elif name == "cnn_fc50":
+    if len(feature_shape) not in (2, 3) or min(feature_shape[:2]) < 16:
+      raise FedJaxDpError(f"model 'cnn_fc50' needs images of at least 16x16 ([H, W] or "
+                          f"[H, W, C]), got {feature_shape}.")
+    module = modules.CNNFC50(num_classes=num_classes)
   elif name == "har_cnn":
     if len(feature_shape) != 2:
       raise FedJaxDpError(

@@ -80,6 +80,33 @@ class LeNet5(nn.Module):
     return nn.Dense(self.num_classes)(x)
 
 
+class CNNFC50(nn.Module):
+  """The CNN of Sun et al. (paper 001, LAPA, Sec. V-A): two convolutional layers each
+  followed by max pooling, a normalisation layer, a 50-unit dense layer with ReLU and
+  the output layer. The paper omits kernel sizes and widths; its implementation note
+  (section 5 [D]) takes the classic PyTorch MNIST net: conv(10, 5x5, VALID) -> maxpool 2
+  -> relu -> conv(20, 5x5, VALID) -> maxpool 2 -> relu -> norm -> dense 50 -> relu ->
+  dense(num_classes): 21,880 parameters on 28x28x1.
+
+  The paper's BatchNorm is replaced by GroupNorm with one group (per-example
+  normalisation over H, W and the 20 channels, with a per-channel scale and bias: the
+  same 40 parameters): BatchNorm's batch coupling and running statistics break
+  per-example clipping and leak batch statistics outside the noise (note 9 A3).
+  """
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    if x.ndim == 3:
+      x = x[..., None]
+    for f in (10, 20):
+      x = nn.relu(max_pool(Conv(f, (5, 5), padding="VALID")(x), (2, 2)))
+    x = nn.GroupNorm(num_groups=1)(x)
+    x = x.reshape((x.shape[0], -1))
+    x = nn.relu(nn.Dense(50)(x))
+    return nn.Dense(self.num_classes)(x)
+
+
 class CNN3(nn.Module):
   """The CIFAR-10 CNN of Wei et al. (paper 003, RDP-PFL, Sec. V-A): three blocks
   conv(3x3, SAME, stride 1) -> maxpool 2x2 -> relu with 64, 128, 256 filters, then

@@ -56,8 +56,8 @@ class RunConfig:
   data_dir: Optional[str] = None
   """directory with dataset files (IDX ...); also FEDJAX_DP_DATA_DIR"""
   model: Optional[str] = None
-  """mlp, cnn, cnn3, lenet5, har_cnn or linear (default: the algorithm's, else the
-  dataset's)"""
+  """mlp, cnn, cnn3, lenet5, cnn_fc50, har_cnn or linear (default: the algorithm's, else
+  the dataset's)"""
   hidden: Optional[str] = None
   """hidden dense widths of mlp and cnn3, e.g. 32 or 200,200 (default: the algorithm's,
   else 200,200)"""

@@ -12,6 +12,7 @@ from fedjax_dp.validation import FedJaxDpError
 
 @pytest.mark.parametrize("name,feature_shape", [
     ("mlp", (4, 3)), ("cnn", (8, 8)), ("cnn", (6, 6, 2)), ("lenet5", (16, 16, 1)),
+    ("cnn_fc50", (16, 16)),
     ("har_cnn", (16, 3)), ("cnn3", (8, 8)), ("cnn3", (32, 32, 3)),
     ("linear", (2, 3, 2)),
 ])
@@ -39,7 +40,8 @@ def test_logits_shape(name, feature_shape):
 
 
 def test_all_model_names_covered():
-  assert set(MODEL_NAMES) == {"mlp", "cnn", "cnn3", "lenet5", "har_cnn", "linear"}
+  assert set(MODEL_NAMES) == {"mlp", "cnn", "cnn3", "lenet5", "cnn_fc50", "har_cnn",
+                              "linear"}
 
 
 def test_cnn3_is_the_papers_cifar_cnn():
@@ -118,6 +120,22 @@ def test_bad_arguments_raise(kwargs, match):
   with pytest.raises(FedJaxDpError, match=match):
     create_model(**kwargs)
   assert issubclass(FedJaxDpError, ValueError)
+
+
+def test_cnn_fc50_matches_paper_001_layout():
+  """Paper 001's CNN (note 001 section 5 [D]): conv 10 and 20 (5x5), a norm with 40
+  parameters, dense 50 and 10: 21,880 parameters on 28x28; each example is normalised
+  on its own (no batch coupling: a row's logits do not depend on the other rows)."""
+  import jax
+  from fedjax_dp.models import count_params, create_model
+  m = create_model("cnn_fc50", (28, 28), 10)
+  p = m.init(jax.random.key(0))
+  assert count_params(p) == 21880
+  x = np.asarray(jax.random.normal(jax.random.key(1), (3, 28, 28)))
+  full = np.asarray(m.apply(p, x))
+  np.testing.assert_allclose(np.asarray(m.apply(p, x[:1])), full[:1], rtol=1e-5, atol=1e-5)
+  with pytest.raises(FedJaxDpError, match="cnn_fc50"):
+    create_model("cnn_fc50", (8, 8), 10)
 
 
 def test_lenet5_matches_paper_004_layout():

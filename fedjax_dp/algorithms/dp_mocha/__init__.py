@@ -4,6 +4,6 @@ with differentially private uploads under stragglers and dropped devices.
 Modules: `objective` (P, D, gap, eq. 6), `sdca` (eq. 7's local solver), `server`
 (eq. 3, line 10), `heterogeneity` (tau, drops), `mechanism` (lines 6-7 and what they
 provably bound), `paper_calibration` (Lemma 4, Corollary 4, Theorem 5),
-`device_ledger` (per-device exact Gaussian composition), `algorithm` (Algorithm 1),
+`algorithm` (Algorithm 1; per-device ledgers: `fedjax_dp.privacy.device_ledger`),
 `plugin` (``fedjax-dp run --algorithm dp_mocha``).
 """

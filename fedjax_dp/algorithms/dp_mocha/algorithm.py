@@ -19,7 +19,7 @@ opt_state=MochaState(alpha, omega, u), round)``):
 
 beta = xi m (Sec. V). Non-private mode: sigma1 = sigma2 = 0 (no noise).
 Privacy: `fedjax_dp.algorithms.dp_mocha.mechanism` (what each line bounds) and
-`fedjax_dp.algorithms.dp_mocha.device_ledger` (per-device composition).
+`fedjax_dp.privacy.device_ledger` (per-device composition).
 """
 
 from __future__ import annotations
@@ -395,7 +395,7 @@ def dp_mocha(model, data, *, lam: float = 0.001, xi: float = 0.5, inner_rounds: 
     FedJaxDpError: invalid options (named) or data (`make_problem`).
   """
   from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
-  from fedjax_dp.algorithms.dp_mocha.device_ledger import DeviceLedger
+  from fedjax_dp.privacy.device_ledger import DeviceLedger
   from fedjax_dp.validation import check_probability
   config = DpMochaConfig(lam, xi, inner_rounds, s2_mode, resync, update_omega)
   m = data.num_clients

@@ -11,7 +11,8 @@ from typing import Any, Dict, List, Literal, Optional
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.algorithms.dp_mocha import device_ledger, paper_calibration
+from fedjax_dp.algorithms.dp_mocha import paper_calibration
+from fedjax_dp.privacy import device_ledger
 from fedjax_dp.algorithms.dp_mocha.algorithm import dp_mocha
 from fedjax_dp.algorithms.dp_mocha import objective
 from fedjax_dp.algorithms.dp_mocha.mechanism import S2_MODES

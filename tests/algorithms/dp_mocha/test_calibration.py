@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from fedjax_dp.algorithms.dp_mocha import algorithm as alg
-from fedjax_dp.algorithms.dp_mocha import device_ledger as dl
+from fedjax_dp.privacy import device_ledger as dl
 from fedjax_dp.algorithms.dp_mocha import heterogeneity as het
 from fedjax_dp.algorithms.dp_mocha import paper_calibration as pc
 from fedjax_dp.algorithms.dp_mocha import plugin

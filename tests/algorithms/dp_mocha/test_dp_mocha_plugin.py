@@ -148,7 +148,7 @@ def test_non_private_baseline_learns(tmp_path):
 
 def test_checkpoint_keeps_the_device_ledgers(private_run, tmp_path):
   """A resumed run continues from the checkpoint's per-device ledgers exactly."""
-  from fedjax_dp.algorithms.dp_mocha.device_ledger import DeviceLedger
+  from fedjax_dp.privacy.device_ledger import DeviceLedger
   from fedjax_dp.checkpoint import RunCheckpointer
   res, rows, s = private_run
   out = s["config"]["out"]

@@ -1,11 +1,13 @@
-"""Per-device privacy ledgers of DP-MOCHA (paper 002): each device's guarantee is the
-composition of *its* Gaussian releases over the rounds it took part in (record-level DP
-on each device's own data, replace-one; note 002 Sec. 14.18); the run's guarantee is
-the worst device's.
+"""Per-device privacy ledgers: each device's guarantee is the composition of *its*
+Gaussian releases over the rounds it released in (record-level DP on each device's own
+data); the run's guarantee is the worst device's. Used by DP-MOCHA (paper 002, note 002
+Sec. 14.18: replace-one, dropped devices release nothing) and LAPA (paper 001: every
+device's noise, artificial plus channel, differs per round).
 
-Every release of every round is a Gaussian mechanism without amplification (the SDCA
-coordinate draws are with replacement over a state that depends on every sample, and
-the server sees who uploaded, so neither the paper's q nor its p is claimed). Gaussian
+Every release of every round is a Gaussian mechanism without amplification (DP-MOCHA:
+the SDCA coordinate draws are with replacement over a state that depends on every
+sample, and the server sees who uploaded, so neither the paper's q nor its p is claimed;
+LAPA: no sampling is claimed). Gaussian
 mechanisms compose exactly into one Gaussian mechanism: k releases with noise
 multipliers z_1..z_k are, for every (epsilon, delta), exactly as private as one with
 z = (sum_j z_j^-2)^-1/2 (their privacy loss distributions are Gaussians whose means and
