@@ -13,6 +13,7 @@ from fedjax_dp.algorithms.dp_fedavg import DpFedAvg, DpFedAvgRecordLevel, DpFedS
 from fedjax_dp.algorithms.dp_mocha.plugin import DpMocha
 from fedjax_dp.algorithms.fedavg import FedAvg
 from fedjax_dp.algorithms.interface import FederatedAlgorithm
+from fedjax_dp.algorithms.lapa.plugin import Lapa
 from fedjax_dp.algorithms.padpfl.plugin import Padpfl
 from fedjax_dp.algorithms.rdp_pfl.plugin import RdpPfl
 from fedjax_dp.validation import FedJaxDpError, check_choice
@@ -26,6 +27,7 @@ REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in (
     Padpfl(),
     RdpPfl(),
     DpMocha(),
+    Lapa(),
 )}
 #: The algorithm of ``fedjax-dp run`` without ``--algorithm`` (the README's main job).
 DEFAULT = "dp_fedavg"

@@ -1,0 +1,13 @@
+"""Paper 001 (Sun, Liu, Ni, Wang, Geng, Lai, Jamalipour, arXiv 2505.19823): LAPA,
+per-device adaptive privacy budgets for wireless federated learning, with Wasserstein
+aggregation weights, SER-threshold device selection, channel noise and the dynamic
+noise switch-off, and DDPG transmit-power optimisation.
+
+Modules: `channel` (uplink: geometry, path loss eq. 39, Rayleigh channels, SNR eq. 6,
+SER, decoded channel noise, selection eq. 22), `aggregation` (FedAvg, BEDA/FedAdp,
+Wasserstein softmax eqs. 20-21), `devices` (the IID/non-IID device mixture),
+`calibration` (the paper's classical Gaussian calibration eqs. 18-19 and the switch rule
+eq. 23), `allocators` (LAPA eqs. 10-16, uniform DP, ARB, no DP), `bound` (Theorem 1,
+eq. 24), `ddpg` (Sec. IV-C, eqs. 29-36), `algorithm` (the note's Algorithm 1), `plugin`
+(``fedjax-dp run --algorithm lapa``).
+"""

@@ -1,0 +1,344 @@
+"""Paper 001 (LAPA) in ``fedjax-dp run``: its options, the 15 devices (IID/non-IID
+mixture with quantity skew) in two regions around the base station, the uplink, and the
+paper's basic-composition budget beside the accountant's per-device epsilons."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Dict, List, Literal, Optional
+
+import numpy as np
+
+from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
+                                            check_choices)
+from fedjax_dp.algorithms.lapa import allocators, channel
+from fedjax_dp.algorithms.lapa.algorithm import AGGREGATORS, CLIPPINGS, lapa
+from fedjax_dp.privacy import device_ledger, disclosure
+from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
+                                  check_non_negative, check_positive, check_probability)
+
+CHANNELS = ("practical", "ideal")
+
+
+@dataclasses.dataclass
+class LapaOptions:
+  """Sun et al. (paper 001): LAPA per-device adaptive budgets over a wireless uplink."""
+  epsilon_total: float = 60.0
+  """eps_T: each device's total budget under the paper's basic composition (the paper
+  gives no value; Fig. 5 sweeps the initial noise level instead)"""
+  allocator: Literal[allocators.ALLOCATORS] = "lapa"
+  """lapa (eqs. 10-16), uniform (Benchmark 3: eps_T / T every round), arb (Benchmark 4,
+  ARB-approx of the note) or none (no artificial noise)"""
+  aggregator: Literal[AGGREGATORS] = "wasserstein"
+  """wasserstein (eqs. 20-21, Configuration 1), fedavg (Benchmark 1) or beda (FedAdp's
+  angle weights, Benchmark 2)"""
+  channel: Literal[CHANNELS] = "practical"
+  """practical (decoded channel noise on every upload, eqs. 4-6) or ideal (none)"""
+  ser_threshold: Optional[float] = None
+  """schedule only devices whose symbol error rate is <= this (eq. 22 as an SER
+  threshold; default: every device)"""
+  powers: str = "max"
+  """transmit powers: max (P_max), half (P_max / 2), a comma list of watts, or a JSON
+  file holding a list of watts (e.g. DDPG's, experiments/lapa/fig7_power.py)"""
+  p_max_dbm: float = 20.0
+  """P_max (note section 3 [D])"""
+  noise_dbm: float = -110.0
+  """sigma_z^2, the receiver noise power (note section 3 [D])"""
+  modulation: Literal["bpsk", "qpsk"] = "bpsk"
+  """symbol mapping of the SER (note C6)"""
+  switch: bool = True
+  """the dynamic noise control (eq. 23): no artificial noise once channel noise alone
+  meets every scheduled device's next budget"""
+  num_iid: int = 5
+  """IID devices (placed first; the note's default composition 5 IID + 10 non-IID)"""
+  num_non_iid: int = 10
+  """non-IID devices (two classes each)"""
+  batch_size: int = 32
+  """B: each device's minibatch per round (FedSGD: one gradient per round)"""
+  learning_rate: float = 0.3
+  """eta (eq. 3; unstated: tuned on no-DP FedAvg, note A4: 0.05, 0.2, 0.5 reach 22%, 51%,
+  60% on Fashion-MNIST in 60 rounds; 0.3 keeps the DP runs stable)"""
+  clip_norm: float = 1.0
+  """C (eq. 17)"""
+  clipping: Literal[CLIPPINGS] = "per_example"
+  """per_example (each example's gradient clipped to C, then the mean over B) or
+  aggregate (eq. 17 on the minibatch mean, as the paper writes it)"""
+  calibration_sensitivity: Literal["paper", "provable"] = "paper"
+  """the Delta_s of sigma = c Delta_s / eps: paper (2C/|D_i|, eq. 18) or provable (what
+  the clipping enforces: 2C/B per-example, 2C aggregate)"""
+  split: Literal["mean", "sum"] = "mean"
+  """eq. 16's device split: mean (the devices' budgets average eps[t]) or sum (they add
+  up to eps[t])"""
+  gompertz: Literal["increasing", "fedadp"] = "increasing"
+  """eq. 15's map: increasing in the smoothed angle (the text) or FedAdp's decreasing one"""
+  kp: float = 0.9
+  """K_p of eq. 11"""
+  ks: float = 0.1
+  """K_s of eq. 11"""
+  history_points: int = 5
+  """m: history points sampled for the PID error (eq. 11)"""
+  window: int = 10
+  """W: the last W global gradients the history points are drawn from"""
+  error_scale: Literal["direction", "first", "clip"] = "direction"
+  """eq. 10's scalar E (note B2): direction (change of the global gradient's direction,
+  scale-free), first (||dg|| / ||g~[1]||) or clip (||dg|| / C)"""
+  alpha: float = 5.0
+  """Gompertz decay factor of eq. 15"""
+  arb_beta: float = 0.1
+  """ARB-approx's step: next budget x (1 +- beta)"""
+  min_share: float = 0.5
+  """LAPA's floor: every scheduled device gets >= min_share x eps[t] (note B4's clamp)"""
+  channel_seed: Optional[int] = None
+  """seed of the device positions and Rayleigh channels (default: the run's seed)"""
+
+
+class Lapa(FederatedAlgorithm):
+  """Paper 001 (`fedjax_dp.algorithms.lapa.algorithm.lapa`)."""
+  name = "lapa"
+  description = ("paper 001 (Sun et al.): LAPA per-device adaptive privacy budgets over a "
+                 "wireless uplink, Wasserstein aggregation and the noise switch-off")
+  Options = LapaOptions
+  default_dataset = "fashion_mnist"
+  function = staticmethod(lapa)
+  metric_labels = {
+      "pid_error": (disclosure.DP, "from the stored noisy global gradients"),
+      "epsilon_round": (disclosure.DP, "from the stored noisy global gradients"),
+      "epsilon_devices": (disclosure.DP, "from the received noisy gradients"),
+      "sigma_devices": (disclosure.DP, "c Delta_s / eps_i, from the noisy gradients"),
+      "sigma_channel": (disclosure.PUBLIC, "channel state and powers"),
+      "aggregation_weights": (disclosure.DIAGNOSTIC, "Wasserstein and FedAvg weights use "
+                              "each device's label distribution or size (eqs. 2, 20)"),
+      "device_uploaded": (disclosure.PUBLIC, "the BS sees who uploads"),
+      "switched": (disclosure.DP, "from the noisy budgets"),
+      "switch_round": (disclosure.DP, "from the noisy budgets"),
+      "switch_violations": (disclosure.DP, "from the noisy budgets"),
+      "device_noise_multiplier_conditional": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+  }
+
+  def validate(self, options, run) -> None:
+    check_choices(options)
+    check_epsilon(options.epsilon_total, "epsilon_total")
+    if options.ser_threshold is not None:
+      check_probability("ser_threshold", options.ser_threshold)
+    check_int("num_iid", options.num_iid, minimum=0)
+    check_int("num_non_iid", options.num_non_iid, minimum=0)
+    if options.num_iid + options.num_non_iid < 1:
+      raise FedJaxDpError("num_iid + num_non_iid must be >= 1 device.", option="num_iid")
+    check_int("batch_size", options.batch_size, minimum=1)
+    check_positive("learning_rate", options.learning_rate)
+    check_positive("clip_norm", options.clip_norm)
+    for name in ("kp", "ks", "arb_beta"):
+      check_non_negative(name, getattr(options, name))
+    check_positive("alpha", options.alpha)
+    check_int("history_points", options.history_points, minimum=2)
+    check_int("window", options.window, minimum=options.history_points)
+    for name in ("p_max_dbm", "noise_dbm"):
+      if not math.isfinite(float(getattr(options, name))):
+        raise FedJaxDpError(f"{name} must be finite.", option=name)
+    if run.target_epsilon is not None:
+      raise FedJaxDpError("lapa allocates its own budgets from --epsilon-total (the "
+                          "paper's per-device total); --target-epsilon is not used by it.",
+                          option="target_epsilon")
+    parse_powers(options.powers, options.num_iid + options.num_non_iid,
+                 channel.dbm_to_watts(options.p_max_dbm))
+
+  def prepare(self, options, run, data) -> Prepared:
+    """The note's device mixture (section 5 [D]): ``num_iid`` IID devices, then
+    ``num_non_iid`` devices with two classes each, log-normal sizes; the central test
+    set is kept.
+
+    Raises:
+      FedJaxDpError: a dataset without a central test set or too small.
+    """
+    from fedjax_dp.algorithms.lapa import devices
+    if data.test_x is None:
+      raise FedJaxDpError(f"lapa evaluates on a central test set; {data.name!r} has none.",
+                          option="dataset")
+    x, y = data.x[data.example_mask], data.y[data.example_mask]
+    fd = devices.mixture_federated_data(
+        x, y, options.num_iid, options.num_non_iid, seed=run.seed,
+        num_classes=data.num_classes, test_x=data.test_x, test_y=data.test_y,
+        name=data.name, source=data.source, is_subset=data.is_subset)
+    return Prepared(fd)
+
+  def model_spec(self, options, run) -> ModelSpec:
+    return ModelSpec("cnn_fc50")
+
+  def uplink(self, options, run, num_devices: int, dim: int) -> Dict[str, Any]:
+    """The run's wireless uplink (note section 3 [D] geometry and constants): device
+    positions and Rayleigh channels fixed by ``channel_seed``, the powers, SNR (eq. 6),
+    SER, the scheduled devices (eq. 22) and the decoded channel-noise SD per coordinate
+    in gradient units (kappa = C / sqrt(d), note C2; zeros on the ideal channel).
+
+    Returns:
+      ``{"uplink": channel.Uplink, "powers_w", "snr", "ser", "selected",
+      "channel_std", "kappa"}`` (numpy ``[N]`` arrays).
+    """
+    n1 = int(round(num_devices * 7 / 15))
+    cfg = channel.ChannelConfig(p_max_dbm=options.p_max_dbm, noise_dbm=options.noise_dbm,
+                                modulation=options.modulation,
+                                devices_per_region=(n1, num_devices - n1))
+    seed = run.seed if options.channel_seed is None else options.channel_seed
+    up = channel.make_uplink(cfg, seed)
+    p_max = channel.dbm_to_watts(options.p_max_dbm)
+    powers = parse_powers(options.powers, num_devices, p_max)
+    noise_w = channel.dbm_to_watts(options.noise_dbm)
+    snr = np.asarray(channel.snr(powers, up.gains, noise_w), np.float64)
+    ser = np.asarray(channel.symbol_error_rate(snr, options.modulation), np.float64)
+    selected = np.asarray(channel.select_devices(ser, options.ser_threshold), bool)
+    kappa = channel.symbol_scale(options.clip_norm, dim)
+    std = (np.asarray(channel.decoded_noise_std(snr, kappa), np.float64)
+           if options.channel == "practical" else np.zeros(num_devices))
+    return {"uplink": up, "powers_w": powers, "snr": snr, "ser": ser,
+            "selected": selected, "channel_std": std, "kappa": kappa}
+
+  def build(self, setup):
+    import jax
+    from jax.flatten_util import ravel_pytree
+    o, run = setup.options, setup.run
+    n = setup.data.num_clients
+    dim = int(ravel_pytree(setup.model.init(jax.random.PRNGKey(0)))[0].shape[0])
+    link = self.uplink(o, run, n, dim)
+    acfg = allocators.AllocatorConfig(
+        kind=o.allocator, epsilon_total=float(o.epsilon_total), rounds=int(run.rounds),
+        kp=float(o.kp), ks=float(o.ks), history_points=int(o.history_points),
+        window=int(o.window), error_scale=1.0 if o.error_scale != "clip" else
+        float(o.clip_norm), alpha=float(o.alpha),
+        gompertz=o.gompertz, split=o.split, arb_beta=float(o.arb_beta),
+        min_share=float(o.min_share))
+    alg = lapa(setup.model, setup.data, allocator=acfg, aggregator=o.aggregator,
+               clipping=o.clipping, batch_size=o.batch_size,
+               learning_rate=o.learning_rate, clip_norm=o.clip_norm, delta=run.delta,
+               channel_std=link["channel_std"], selected=link["selected"],
+               calibration_sensitivity=o.calibration_sensitivity, switch=o.switch,
+               error_scale=o.error_scale)
+    from fedjax_dp.federated import sharding
+    init = alg.init
+    alg = dataclasses.replace(  # placed on the mesh like the population: one compilation
+        alg, init=lambda key: sharding.replicate(init(key), setup.mesh))
+    up = link["uplink"]
+    return dataclasses.replace(alg, config={
+        **alg.config, "channel": o.channel, "powers_w": link["powers_w"].tolist(),
+        "snr_db": (10 * np.log10(np.maximum(link["snr"], 1e-300))).tolist(),
+        "ser": link["ser"].tolist(), "kappa": link["kappa"],
+        "distances_m": np.asarray(up.distances).tolist(),
+        "positions_m": np.asarray(up.positions).tolist(),
+        "ser_threshold": o.ser_threshold, "modulation": o.modulation})
+
+  def calibrates(self, options) -> bool:
+    return False
+
+  def summary_fields(self, alg, setup, controller, records) -> Dict[str, Any]:
+    c, run = alg.config, setup.run
+    out: Dict[str, Any] = {
+        "allocator": c["allocator"], "aggregator": c["aggregator"],
+        "channel": c["channel"], "selected_devices": c["selected"],
+        "device_counts": np.asarray(setup.data.counts).astype(int).tolist(),
+        "label_distances": c["label_distances"], "snr_db": c["snr_db"], "ser": c["ser"],
+        "powers_w": c["powers_w"], "channel_std": c["channel_std"],
+        "partition": setup.data.partition,
+    }
+    if not records:
+      return out
+    switched = [r["switch_round"] for r in records if r.get("switch_round")]
+    out["switch_round"] = int(switched[-1]) if switched else (
+        int(records[-1]["round"]) + 1 if records[-1].get("switched") else None)
+    eps_dev = np.array([r["epsilon_devices"] for r in records], np.float64)
+    spent = eps_dev.sum(axis=0)
+    out["epsilon_paper_per_device"] = spent.tolist()
+    out["epsilon_paper"] = float(spent.max())
+    out["delta_paper"] = float(min(1.0, c["delta"] * len(records)))
+    out["epsilon_paper_note"] = (
+        "the paper's accounting: basic composition of the per-round budgets eps_i[t] of "
+        "the classical Gaussian mechanism sigma = c Delta_s / eps (eqs. 12-19), summed "
+        "over the rounds before the switch and, after it, the budgets the channel noise "
+        "is claimed to meet (eq. 23); delta composes to T delta; valid only while every "
+        "eps_i[t] < 1 and with the paper's sensitivity Delta_s = 2C/|D_i|")
+    out["classical_condition_holds"] = bool(np.all(eps_dev < 1.0))
+    out["switch_violations"] = int(sum(r.get("switch_violations", 0) for r in records))
+    if alg.privacy is not None:
+      z = np.array([[np.inf if v is None else v for v in r[
+          "device_noise_multiplier_conditional"]] for r in records], np.float64)  # null: inf
+      led = device_ledger.DeviceLedger(z.shape[1], run.delta)
+      led.record_many(z)
+      out["epsilon_conditional_per_device"] = led.epsilons().tolist()
+      out["epsilon_conditional"] = float(np.max(led.epsilons()))
+      out["epsilon_conditional_note"] = (
+          "the accountant (RDP) on the noise actually added (artificial plus channel), IF "
+          "the paper's sensitivity 2C/|D_i| held; the run's epsilon (the guarantee) uses "
+          "the sensitivity the clipping enforces")
+      out["epsilon_filter_bound"] = filter_bound(c, len(records), run.delta)
+    return out
+
+  def describe(self, s: Dict[str, Any]) -> List[str]:
+    lines = []
+    if s.get("epsilon_paper") is not None:
+      sw = s.get("switch_round")
+      lines.append(
+          f"paper 001's own budget (basic composition): {s['epsilon_paper']:.3g} "
+          f"(delta {s['delta_paper']:.2g}); accountant with the paper's sensitivity "
+          f"{s.get('epsilon_conditional', float('nan')):.3g}; switch-off round T_th: "
+          f"{sw if sw else 'none'}")
+    return lines
+
+
+def filter_bound(config: Dict[str, Any], rounds: int, delta: float) -> float:
+  """An a-priori bound on every device's epsilon whatever the adaptive budgets were:
+  each round's upload has noise multiplier at least that of the channel noise alone and,
+  before the switch, at least c Delta_s / (eps_i[t] Delta) with sum_t eps_i[t] <= eps_T
+  (the allocator's cap), so rho_i = sum_t z^-2 <= (eps_T Delta / (c Delta_s))^2 +
+  rounds / z_c^2 (z_c = sigma_c / Delta); Gaussian mechanisms chosen adaptively under such a bound compose to
+  the Gaussian of that rho (fully adaptive composition for GDP, Smith and Thakurta 2022).
+  Returns inf when nothing bounds it.
+  """
+  sens = float(config["sensitivity"])
+  ch = np.asarray(config["channel_std"], np.float64)
+  ps = np.asarray(config["paper_sensitivity"], np.float64)
+  c = float(config["gaussian_constant"])
+  sel = np.asarray(config["selected"], bool)
+  safe = np.where(ch > 0, ch, 1.0)
+  rho_ch = np.where(ch > 0, rounds * (sens / safe) ** 2, 0.0)
+  if config["allocator"] == "none":
+    rho = rho_ch
+  else:
+    rho_art = (config["epsilon_total"] * sens / (c * ps)) ** 2  # (eps_T Delta / c Delta_s)^2
+    rho = rho_art + rho_ch
+  rho = np.where(sel, rho, 0.0)
+  return device_ledger.gaussian_epsilon(float(rho.max()), delta)
+
+
+def parse_powers(spec: str, num_devices: int, p_max_w: float) -> np.ndarray:
+  """Transmit powers in watts ``[N]`` from the ``powers`` option: ``max``, ``half``, a
+  comma list of N watts, or a JSON file with a list of N watts (or ``{"powers_w": [...]}``).
+
+  Raises:
+    FedJaxDpError: an unreadable spec, the wrong count, or a power outside [0, P_max].
+  """
+  text = str(spec).strip()
+  if text == "max":
+    vals = np.full(num_devices, p_max_w)
+  elif text == "half":
+    vals = np.full(num_devices, p_max_w / 2)
+  elif os.path.isfile(text):
+    with open(text) as f:
+      obj = json.load(f)
+    vals = np.asarray(obj["powers_w"] if isinstance(obj, dict) else obj, np.float64)
+  else:
+    try:
+      vals = np.array([float(v) for v in text.split(",")], np.float64)
+    except ValueError:
+      raise FedJaxDpError(f"powers must be max, half, a comma list of watts or a JSON "
+                          f"file, got {spec!r}.", option="powers") from None
+  vals = np.atleast_1d(vals).astype(np.float64)
+  if vals.shape == (1,):
+    vals = np.full(num_devices, vals[0])
+  if vals.shape != (num_devices,):
+    raise FedJaxDpError(f"powers must give {num_devices} values (one per device), got "
+                        f"{vals.shape[0]}.", option="powers")
+  if np.any(~np.isfinite(vals)) or np.any(vals < 0) or np.any(vals > p_max_w * (1 + 1e-9)):
+    raise FedJaxDpError(f"powers must lie in [0, P_max = {p_max_w:.4g} W], got "
+                        f"{vals.tolist()}.", option="powers")
+  return vals
