@@ -59,7 +59,7 @@ def dataset_note(name: str) -> str:
 
 
 def run_lapa(dataset_name: str, rounds: int, seed: int, eval_every: int,
-             **options) -> Dict[str, Any]:
+             out: Optional[str] = None, **options) -> Dict[str, Any]:
   """One ``fedjax-dp run --algorithm lapa`` with ``options`` (`LapaOptions` fields).
 
   Returns:
@@ -68,8 +68,8 @@ def run_lapa(dataset_name: str, rounds: int, seed: int, eval_every: int,
   """
   opts = {"learning_rate": LEARNING_RATE[dataset_name], **options}
   cfg = RunConfig(algorithm="lapa", dataset=dataset_name, rounds=rounds, seed=seed,
-                  eval_every=eval_every, out=None, options=LapaOptions(**opts),
-                  delta=1e-5)
+                  eval_every=eval_every, out=out, overwrite=out is not None,
+                  options=LapaOptions(**opts), delta=1e-5)
   t0 = time.time()
   res = run(cfg, progress=False, data=dataset(dataset_name))
   evals = [r for r in res.records if r.get("test_accuracy") is not None]
@@ -77,7 +77,8 @@ def run_lapa(dataset_name: str, rounds: int, seed: int, eval_every: int,
   s = res.summary
   keep = ("epsilon", "epsilon_paper", "delta_paper", "epsilon_conditional",
           "epsilon_filter_bound", "switch_round", "switch_violations",
-          "selected_devices", "classical_condition_holds", "snr_db", "ser", "powers_w")
+          "selected_devices", "classical_condition_holds", "snr_db", "ser", "powers_w",
+          "ddpg")
   return {"final_accuracy": float(np.mean(acc[-2:])) if acc else None,
           "accuracy": acc, "eval_rounds": [int(r["round"]) + 1 for r in evals],
           "summary": {k: s.get(k) for k in keep}, "records": _light(res.records),

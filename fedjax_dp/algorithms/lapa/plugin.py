@@ -41,8 +41,13 @@ class LapaOptions:
   """schedule only devices whose symbol error rate is <= this (eq. 22 as an SER
   threshold; default: every device)"""
   powers: str = "max"
-  """transmit powers: max (P_max), half (P_max / 2), a comma list of watts, or a JSON
-  file holding a list of watts (e.g. DDPG's, experiments/lapa/fig7_power.py)"""
+  """transmit powers: max (P_max), half (P_max / 2), a comma list of watts, a JSON file
+  holding a list of watts, or ddpg:PILOT/metrics.jsonl (DDPG on Theorem 1's bound with
+  the artificial-noise schedule of that pilot lapa run, made with --no-switch)"""
+  ddpg_episodes: int = 200
+  """DDPG episodes of --powers ddpg:... (note section 4 [D])"""
+  ddpg_steps: int = 50
+  """DDPG steps per episode"""
   p_max_dbm: float = 20.0
   """P_max (note section 3 [D])"""
   noise_dbm: float = -110.0
@@ -134,6 +139,8 @@ class Lapa(FederatedAlgorithm):
       check_non_negative(name, getattr(options, name))
     check_positive("alpha", options.alpha)
     check_int("history_points", options.history_points, minimum=2)
+    check_int("ddpg_episodes", options.ddpg_episodes, minimum=1)
+    check_int("ddpg_steps", options.ddpg_steps, minimum=1)
     check_int("window", options.window, minimum=options.history_points)
     for name in ("p_max_dbm", "noise_dbm"):
       if not math.isfinite(float(getattr(options, name))):
@@ -167,7 +174,8 @@ class Lapa(FederatedAlgorithm):
   def model_spec(self, options, run) -> ModelSpec:
     return ModelSpec("cnn_fc50")
 
-  def uplink(self, options, run, num_devices: int, dim: int) -> Dict[str, Any]:
+  def uplink(self, options, run, num_devices: int, dim: int,
+             powers: Optional[np.ndarray] = None) -> Dict[str, Any]:
     """The run's wireless uplink (note section 3 [D] geometry and constants): device
     positions and Rayleigh channels fixed by ``channel_seed``, the powers, SNR (eq. 6),
     SER, the scheduled devices (eq. 22) and the decoded channel-noise SD per coordinate
@@ -184,7 +192,8 @@ class Lapa(FederatedAlgorithm):
     seed = run.seed if options.channel_seed is None else options.channel_seed
     up = channel.make_uplink(cfg, seed)
     p_max = channel.dbm_to_watts(options.p_max_dbm)
-    powers = parse_powers(options.powers, num_devices, p_max)
+    if powers is None:
+      powers = parse_powers(options.powers, num_devices, p_max)
     noise_w = channel.dbm_to_watts(options.noise_dbm)
     snr = np.asarray(channel.snr(powers, up.gains, noise_w), np.float64)
     ser = np.asarray(channel.symbol_error_rate(snr, options.modulation), np.float64)
@@ -219,7 +228,28 @@ class Lapa(FederatedAlgorithm):
     init = alg.init
     alg = dataclasses.replace(  # placed on the mesh like the population: one compilation
         alg, init=lambda key: sharding.replicate(init(key), setup.mesh))
+    ddpg_out = None
+    if str(o.powers).startswith("ddpg:"):   # Algorithm 3 on the pilot's schedule
+      from fedjax_dp.algorithms.lapa import ddpg, power_control
+      sched = power_control.schedule_from_metrics(str(o.powers)[len("ddpg:"):])
+      if sched.shape[1] != n:
+        raise FedJaxDpError(f"powers: the pilot run has {sched.shape[1]} devices, this "
+                            f"run {n}.", option="powers")
+      ddpg_out = power_control.optimise_powers(
+          sched, link["uplink"].gains, channel.dbm_to_watts(o.noise_dbm), link["kappa"],
+          alg.config["static_weights"], link["selected"], o.learning_rate, dim,
+          channel.dbm_to_watts(o.p_max_dbm),
+          ddpg.DdpgConfig(reward="log", episodes=o.ddpg_episodes,
+                          steps_per_episode=o.ddpg_steps, seed=run.seed))
+      link = self.uplink(o, run, n, dim, np.asarray(ddpg_out["powers_w"]))
+      alg = dataclasses.replace(alg, hparams=alg.hparams._replace(
+          channel_std=np.asarray(link["channel_std"], np.float32)),
+          config={**alg.config, "channel_std": link["channel_std"].tolist()})
+      if not np.array_equal(link["selected"], np.asarray(alg.config["selected"])):
+        raise FedJaxDpError("powers: DDPG's powers change which devices pass "
+                            "--ser-threshold; run without a threshold.", option="powers")
     up = link["uplink"]
+    alg = dataclasses.replace(alg, config={**alg.config, "ddpg": ddpg_out})
     return dataclasses.replace(alg, config={
         **alg.config, "channel": o.channel, "powers_w": link["powers_w"].tolist(),
         "snr_db": (10 * np.log10(np.maximum(link["snr"], 1e-300))).tolist(),
@@ -234,7 +264,7 @@ class Lapa(FederatedAlgorithm):
   def summary_fields(self, alg, setup, controller, records) -> Dict[str, Any]:
     c, run = alg.config, setup.run
     out: Dict[str, Any] = {
-        "allocator": c["allocator"], "aggregator": c["aggregator"],
+        "ddpg": c.get("ddpg"), "allocator": c["allocator"], "aggregator": c["aggregator"],
         "channel": c["channel"], "selected_devices": c["selected"],
         "device_counts": np.asarray(setup.data.counts).astype(int).tolist(),
         "label_distances": c["label_distances"], "snr_db": c["snr_db"], "ser": c["ser"],
@@ -318,6 +348,11 @@ def parse_powers(spec: str, num_devices: int, p_max_w: float) -> np.ndarray:
     FedJaxDpError: an unreadable spec, the wrong count, or a power outside [0, P_max].
   """
   text = str(spec).strip()
+  if text.startswith("ddpg:"):
+    if not os.path.isfile(text[len("ddpg:"):]):
+      raise FedJaxDpError(f"powers: ddpg: needs a pilot run's metrics.jsonl, "
+                          f"{text[len('ddpg:'):]!r} is not a file.", option="powers")
+    return np.full(num_devices, p_max_w)   # placeholder until DDPG has run
   if text == "max":
     vals = np.full(num_devices, p_max_w)
   elif text == "half":
