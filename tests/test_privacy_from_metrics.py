@@ -182,6 +182,50 @@ def test_padpfl_epsilon_from_metrics_alone(tmp_path):
   assert s["epsilon_conditional_rdp"] == pytest.approx(cond.get_epsilon(0.01), rel=1e-6)
 
 
+def test_lapa_epsilon_from_metrics_alone(tmp_path):
+  """Paper 001 (LAPA), per-device record-level accounting: each device's epsilon from
+  metrics.jsonl's ``sigma_devices`` (artificial SD), ``sigma_channel`` (decoded channel
+  SD), ``device_uploaded`` and ``sensitivity`` (2C/B, checked against the run's config):
+  one GaussianDpEvent(sqrt(sigma_i^2 + sigma_c,i^2) / (2C/B)) per round the device
+  uploaded in, composed by dp_accounting's RDP accountant (not `DeviceLedger`). The
+  practical channel and the LAPA allocator give every device its own noise every round;
+  the SER threshold leaves the farthest devices unscheduled (never uploading: epsilon
+  0) and schedules one whose channel noise is a visible part of its total."""
+  rows, s, _ = _run(tmp_path, "lapa", algorithm="lapa", dataset="mnist", rounds=4,
+                    eval_every=4, model="mlp", hidden="8", delta=1e-5, allocator="lapa",
+                    channel="practical", num_iid=2, num_non_iid=4, epsilon_total=1.0,
+                    ser_threshold=0.2)
+  cfg = s["config"]
+  sens = 2 * cfg["clip_norm"] / cfg["batch_size"]
+  up = np.array([r["device_uploaded"] for r in rows], bool)           # [T, N]
+  sd_art = np.array([r["sigma_devices"] for r in rows], np.float64)
+  sd_ch = np.array([r["sigma_channel"] for r in rows], np.float64)
+  assert up.shape == (4, 6) and up.any() and not up.all()  # some devices never upload
+  assert np.all(sd_ch[:, up.any(0)] > 0)                         # practical channel
+  assert np.max(sd_ch[up] / sd_art[up]) > 0.02     # and not negligible for every device
+  assert np.all(sd_art[up] > 0) and np.ptp(sd_art[up]) > 0      # LAPA's own budgets
+  per_device = []
+  for i in range(up.shape[1]):
+    acc = dp_rdp.RdpAccountant(neighboring_relation=REL.REPLACE_ONE)
+    for r, row in enumerate(rows):
+      assert row["sensitivity"] == pytest.approx(sens, rel=1e-6)
+      if up[r, i]:
+        z = math.sqrt(sd_art[r, i] ** 2 + sd_ch[r, i] ** 2) / sens
+        acc.compose(dp_accounting.GaussianDpEvent(z))
+    per_device.append(acc.get_epsilon(rows[0]["delta"]))
+  per_device = np.array(per_device)
+  assert np.all(per_device[~up.any(0)] == 0) and np.all(per_device[up.any(0)] > 0)
+  np.testing.assert_allclose(s["per_client_epsilon_rdp"], per_device, rtol=1e-6)
+  assert s["epsilon"] == pytest.approx(per_device.max(), rel=1e-6)
+  assert s["epsilon_rdp"] == pytest.approx(per_device.max(), rel=1e-6)
+  assert s["worst_client"] == int(np.argmax(per_device))
+  assert rows[-1]["epsilon"] == pytest.approx(per_device.max(), rel=1e-6)
+  # Each round's reported noise multiplier is the smallest over the uploading devices.
+  for r, row in enumerate(rows):
+    z = np.sqrt(sd_art[r] ** 2 + sd_ch[r] ** 2)[up[r]] / sens
+    assert row["noise_multiplier"] == pytest.approx(z.min(), rel=1e-5)
+
+
 def test_per_client_noise_multipliers_from_a_file(tmp_path):
   """Local noise with a noise multiplier per client: the summary's epsilon is the worst
   client's (recomputable from metrics.jsonl: each round reports the population's

@@ -17,7 +17,8 @@ claimed. The breaks:
 * ``paper-sensitivity``: papers 000/004 accounted with the paper's assumed sensitivity
   2C/|D_k|, which unclipped local training does not enforce (1c); paper 002 (DP-MOCHA)
   with Corollary 2's dual sensitivity s1 = (8 lam + beta) / (beta n_t), which one SDCA
-  step does not enforce;
+  step does not enforce; paper 001 (LAPA) with eq. 18's 2C/|D_i|, which eq. 17's
+  clipping of the minibatch mean does not enforce (2C);
 * ``count-denominators``: local DP-SGD divided by the client's own ``q n_k`` and empty
   clients skipping their steps (1d).
 
@@ -137,6 +138,10 @@ PARAMS = {
     "rdp_pfl/query": dict(stage="query", rounds=1, z=2.2, q_query=1.0, q_support=0.01,
                           eta=1.0, beta=1e-4),
     "dp_mocha": dict(devices=32, lam=0.75, xi=1.0, sigma1=2.4, sigma2=6.0),
+    "lapa/per_example": dict(clipping="per_example", rounds=2, epsilon_total=5.3,
+                             channel_ratio=1.25),
+    "lapa/aggregate": dict(clipping="aggregate", rounds=2, epsilon_total=1.77,
+                           channel_ratio=1.25),
 }
 
 
@@ -499,6 +504,82 @@ def _dp_mocha_setup(brk: str, devices: int, lam: float, xi: float, sigma1: float
 
 
 # ---------------------------------------------------------------------------
+# Paper 001: LAPA, the canary is one record of the one device.
+# ---------------------------------------------------------------------------
+
+#: LAPA's audited device: the canary record (feature ``_LAPA_X`` on the first axis) and two
+#: zero-feature fillers labelled 0 and 1; its minibatch is all of them (B = |D_i| = 3).
+_LAPA_X, _LAPA_B = 10.0, 3
+
+
+def _lapa_worlds():
+  """Replace-one worlds of one device: the canary (x, 0) ("in") or (x, 1) ("out"). A
+  linear softmax model's gradient on (x, y) is [x; 1] (x) (p - e_y): p_1 v for y = 0 and
+  -p_0 v for y = 1, with v = [x; 1] (x) (-1, 1), whatever the parameters; both are longer
+  than C (|v| p > C while the logits differ by less than about 2.6), so the clipped
+  canary gradients are +-C v / |v| in every round, and the canary moves the per-example
+  clipped mean by exactly the enforced 2C/B (or the clipped minibatch mean, eq. 17, by
+  2C). The fillers' gradients are the same function of the model in both worlds."""
+  x = np.zeros((1, _LAPA_B, _D), np.float32)
+  x[0, 0, 0] = _LAPA_X
+  y_in = np.array([[0, 0, 1]], np.int32)
+  y_out = np.array([[1, 0, 1]], np.int32)
+  return x, population(x, labels=y_out), population(x, labels=y_in)
+
+
+def _lapa_setup(brk: str, clipping: str, rounds: int, epsilon_total: float,
+                channel_ratio: float) -> Setup:
+  """Paper 001 (LAPA, `fedjax_dp.algorithms.lapa.algorithm.lapa`) on one device holding
+  the canary and two fillers (`_lapa_worlds`), its minibatch its whole data (the canary
+  is in every upload: no sampling, as the ledger claims). The uniform allocator gives
+  eps_T / T every round, so the artificial noise is sigma = c Delta_s T / eps_T (eqs.
+  18-19); the decoded channel noise (eqs. 4, 6) is ``channel_ratio`` sigma >= sigma, so
+  the switch (eq. 23) turns the artificial noise off after round 1: round 1 releases
+  with SD sqrt(sigma^2 + sigma_c^2), the later rounds with sigma_c alone; both paths of
+  the round and their reported noise multipliers are audited. With one device the
+  model's change is -eta times the device's upload (the aggregation weight is 1): the
+  audit observes exactly the release the ledger accounts. eta is small so that the
+  model, and the fillers' gradients, barely move. The claim: the algorithm's own
+  `DeviceLedger` on the reported per-device noise multipliers.
+  ``paper-sensitivity`` (``clipping="aggregate"`` only: with per-example clipping and B =
+  |D_i| the paper's 2C/|D_i| is the enforced 2C/B) accounts the same releases with the
+  paper's Delta_s = 2C/|D_i| instead of the enforced 2C."""
+  from fedjax_dp.algorithms.lapa import allocators, calibration
+  from fedjax_dp.algorithms.lapa.algorithm import lapa
+  from fedjax_dp.data.federated_data import FederatedData
+  x, data_out, data_in = _lapa_worlds()
+  clip = 1.0
+  sigma = calibration.noise_std(calibration.gaussian_constant(DELTA),      # eqs. 18-19
+                                calibration.paper_sensitivity(clip, _LAPA_B),
+                                epsilon_total / rounds)
+  acfg = allocators.AllocatorConfig(kind="uniform", epsilon_total=epsilon_total,
+                                    rounds=rounds)
+  fd = FederatedData("audit", x, np.asarray(data_in.y), np.array([_LAPA_B]), _CLASSES)
+  alg = lapa(_model(), fd, allocator=acfg, clipping=clipping, batch_size=_LAPA_B,
+             learning_rate=1e-4, clip_norm=clip, delta=DELTA,
+             channel_std=np.array([channel_ratio * float(sigma)]))
+  hp = alg.hparams
+  make_ledger = lambda: alg.privacy.make_ledger(DELTA)
+  claim = ledger_claim(make_ledger)
+  if brk == "noise-half":  # half the noise; the claim is for the configured noise
+    hp = hp._replace(paper_sensitivity=hp.paper_sensitivity / 2,
+                     channel_std=hp.channel_std / 2)
+    claim = ledger_claim(make_ledger, transform=lambda m: dict(
+        m, client_noise_multipliers=2.0 * np.asarray(m["client_noise_multipliers"],
+                                                     np.float64)))
+  elif brk == "paper-sensitivity":  # z = SD / (2C/|D_i|), not SD / (2C)
+    ratio = alg.config["sensitivity"] / alg.config["paper_sensitivity"][0]
+    claim = ledger_claim(make_ledger, transform=lambda m: dict(
+        m, client_noise_multipliers=ratio * np.asarray(m["client_noise_multipliers"],
+                                                       np.float64)))
+  state = _zero_params(alg.init(jax.random.key(1)))
+  return Setup(alg.round_fn, alg.round_fn, data_out, data_in, state, _schedule(hp, rounds),
+               1.0, claim, DELTA,
+               description=f"lapa ({clipping} clipping): one record of the one device "
+               "replaced")
+
+
+# ---------------------------------------------------------------------------
 # The registry.
 # ---------------------------------------------------------------------------
 
@@ -574,6 +655,18 @@ def _targets() -> List[Target]:
              {**COMMON_BREAKS, "paper-sensitivity": "dalpha~ accounted with Corollary "
               "2's s1 = (8 lam + beta) / (beta n_t)"},
              lambda b: _dp_mocha_setup(b, **PARAMS["dp_mocha"])),
+      Target("lapa/per_example", "lapa",
+             "record-level, replace-one record of one device, every upload Gaussian (the "
+             "artificial plus the channel noise), no sampling, per-example clipping: "
+             "sensitivity 2C/B", dict(COMMON_BREAKS),
+             lambda b: _lapa_setup(b, **PARAMS["lapa/per_example"])),
+      Target("lapa/aggregate", "lapa",
+             "record-level, replace-one record of one device, every upload Gaussian (the "
+             "artificial plus the channel noise), no sampling, eq. 17's clipping of the "
+             "minibatch mean: sensitivity 2C",
+             {**COMMON_BREAKS, "paper-sensitivity": "accounted with the paper's Delta_s = "
+              "2C/|D_i| (eq. 18)"},
+             lambda b: _lapa_setup(b, **PARAMS["lapa/aggregate"])),
   ]
 
 

@@ -34,7 +34,7 @@ from fedjax_dp.privacy.accountants import ACCOUNTANTS, DEFAULT_RDP_ORDERS
 from fedjax_dp.privacy.ledger import PrivacyLedger
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
 
-_FORMAT = "fedjax_dp.dp_mocha.DeviceLedger"
+_FORMAT = "fedjax_dp.privacy.DeviceLedger"
 _VERSION = 1
 
 
