@@ -82,6 +82,7 @@ def _start_and_kill_mid_write(out, common, env):
       break
     if proc.poll() is not None:
       pytest.fail("the training process ended before it could be killed")
+    time.sleep(0.002)  # a write takes tens of ms; a busy loop would take a core from it
   proc.send_signal(signal.SIGKILL)
   proc.wait()
   assert proc.returncode == -signal.SIGKILL
@@ -92,7 +93,7 @@ def test_sigkill_during_a_checkpoint_write_then_resume(tmp_path):
   """A real training process (checkpointing every 2 rounds) is killed with SIGKILL in
   the middle of a checkpoint write; the previous checkpoint stays readable, and the
   resumed run ends exactly where an uninterrupted run ends."""
-  rounds = 120
+  rounds = 60  # killed after >= 20 rounds: 20 more checkpoint writes to land in
   common = ARGS + ["--rounds", str(rounds), "--eval-every", "2", "--no-progress"]
   env = dict(os.environ, JAX_PLATFORMS="cpu")
   for attempt in range(5):  # the kill nearly always lands in a write; retry if not
