@@ -58,7 +58,14 @@ def _build(name, env, fedsgd_alg):
                             inner_learning_rate=0.01, outer_learning_rate=0.3,
                             query_sampling_rate=0.5, support_sampling_rate=0.5,
                             local_epochs=2)
-  return fedavg(model, fd, clients_per_round=8, batch_size=5, client_learning_rate=0.3)
+  if name == "lapa":  # paper 001: every device every round, uniform budgets, a large eps_T
+    from fedjax_dp.algorithms.lapa.allocators import AllocatorConfig
+    return ALGORITHMS[name](model, fd, allocator=AllocatorConfig("uniform", 2000.0, 12),
+                            batch_size=5, learning_rate=0.3, clip_norm=1.0)
+  if name == "fedavg":
+    return fedavg(model, fd, clients_per_round=8, batch_size=5, client_learning_rate=0.3)
+  raise AssertionError(f"no test configuration for the registered algorithm {name!r}: "
+                       "add one to _build")
 
 
 # dp_mocha (paper 002) trains one model per device on a binary task and is evaluated per
@@ -113,6 +120,14 @@ def test_algorithm_learns(name, env, fedsgd_alg):
         assert r[f"{name_}_sampling_rate"] == pytest.approx(0.5)
         assert r[f"{name_}_dp_steps"] == 2
         assert r[f"{name_}_noise_stddev"] == pytest.approx(0.25)
+  elif name == "lapa":  # record level, per device, no sampling; sigma = c Delta_s / eps_i[t]
+    assert alg.privacy.unit == "record-level"
+    for r in recs:
+      assert r["dp_steps"] == 1 and r["sampling_rate"] == 1.0
+      assert r["num_clients"] == fd.num_clients
+      eps = np.asarray(r["epsilon_devices"])
+      np.testing.assert_allclose(eps, 2000.0 / 12, rtol=1e-5)
+      assert 0.0 < r["noise_stddev"] and r["noise_multiplier"] > 0
   elif name == "fedavg":
     assert alg.privacy is None
     assert all(r["noise_multiplier"] == 0.0 and r["noise_stddev"] == 0.0 for r in recs)
