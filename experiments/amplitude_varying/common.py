@@ -261,8 +261,19 @@ def _refresh_all(runs, meta) -> bool:
   return any(changed)
 
 
+def sample_std(values, axis: int = 0):
+  """The sample standard deviation (ddof = 1) of ``values`` along ``axis`` (float64;
+  NaN where fewer than two values): the one spread every paper-004 table and figure
+  band reports."""
+  v = np.asarray(values, np.float64)
+  if v.shape[axis] < 2:
+    return np.full(np.delete(v.shape, axis), np.nan) if v.ndim > 1 else np.nan
+  return v.std(axis, ddof=1)
+
+
 def mean_spread(values: List[float], fmt: str = ".4f") -> str:
-  """``mean ± std`` of the finite values (one value: itself; none: "n/a")."""
+  """``mean ± std`` of the finite values, the sample std (ddof = 1; one value: itself;
+  none: "n/a")."""
   v = [x for x in values if x is not None and np.isfinite(x)]
   if not v:
     return "n/a"

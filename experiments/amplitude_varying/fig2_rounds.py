@@ -64,9 +64,11 @@ def summarize(res, out, rounds, description):
     rs = [r for r in res.runs if r["label"] == label]
     loss = np.array([r["test_loss"] for r in rs], float)
     acc = np.array([r["test_accuracy"] for r in rs], float)
-    curves["test loss"].append((label, xs, loss.mean(0), loss.std(0) if len(rs) > 1 else None))
-    curves["test accuracy"].append((label, xs, acc.mean(0), acc.std(0) if len(rs) > 1
-                                    else None))
+    multi = len(rs) > 1
+    curves["test loss"].append((label, xs, loss.mean(0),
+                                common.sample_std(loss) if multi else None))
+    curves["test accuracy"].append((label, xs, acc.mean(0),
+                                    common.sample_std(acc) if multi else None))
     mean_loss = loss.mean(0)
     fmt = lambda k: common.mean_spread([r.get(k) for r in rs])
     eps = lambda k: common.epsilon_spread([r.get(k) for r in rs])
@@ -75,7 +77,8 @@ def summarize(res, out, rounds, description):
         f"{fmt('final_test_loss')} | {mean_loss.min():.4f} ({int(mean_loss.argmin()) + 1}) | "
         f"{fmt('final_test_accuracy')} | {eps('epsilon_paper')} | {eps('epsilon_rdp')} | "
         f"{eps('epsilon_rdp_conditional')} | {eps('epsilon_rdp_poisson')} |")
-  lines.append(f"\n{len(res.runs) // max(len(labels), 1)} seed(s); mean ± std over seeds. "
+  lines.append(f"\n{len(res.runs) // max(len(labels), 1)} seed(s); mean ± std over seeds "
+               "(sample std, ddof = 1). "
                + common.EPSILON_NOTE)
   common.write_report(out, "fig2", lines, curves, "aggregation index m",
                       f"Fig. 2: {description}")

@@ -133,14 +133,11 @@ def summarize(res, out, name, description, no_table2):
   for label in labels:
     rs = [r for r in res.runs if r["label"] == label]
     grid = sorted({r["rounds"] for r in rs})  # an interrupted sweep: what this label has
-    loss = np.array([[np.mean([r["final_test_loss"] for r in rs if r["rounds"] == m])]
-                     for m in grid]).ravel()
-    lstd = np.array([np.std([r["final_test_loss"] for r in rs if r["rounds"] == m])
-                     for m in grid])
-    acc = np.array([np.mean([r["final_test_accuracy"] for r in rs if r["rounds"] == m])
-                    for m in grid])
-    astd = np.array([np.std([r["final_test_accuracy"] for r in rs if r["rounds"] == m])
-                     for m in grid])
+    at = lambda m, k: [r[k] for r in rs if r["rounds"] == m]  # noqa: E731
+    loss = np.array([np.mean(at(m, "final_test_loss")) for m in grid])
+    lstd = np.array([common.sample_std(at(m, "final_test_loss")) for m in grid])
+    acc = np.array([np.mean(at(m, "final_test_accuracy")) for m in grid])
+    astd = np.array([common.sample_std(at(m, "final_test_accuracy")) for m in grid])
     n_seeds = len({r["seed"] for r in rs})
     panels["final test loss"].append((label, grid, loss, lstd if n_seeds > 1 else None))
     panels["final test accuracy"].append((label, grid, acc, astd if n_seeds > 1 else None))
@@ -156,11 +153,12 @@ def summarize(res, out, name, description, no_table2):
     paper = (PAPER_TABLE2.get(v) if (not no_table2 and rs[0]["mechanism"] == "gaussian")
              else None)
     lines.append(
-        f"| {label} | {sig30} | {loss[i]:.4f} ± {lstd[i]:.4f} (M*={grid[i]}) | {l30} | "
+        f"| {label} | {sig30} | {common.mean_spread(at(grid[i], 'final_test_loss'))} "
+        f"(M*={grid[i]}) | {l30} | "
         f"{acc[i]:.4f} | {eps30} | {cond30} | {paper[0] if paper else '—'} | "
         f"{paper[1] if paper else '—'} |")
   grid = sorted({r["rounds"] for r in res.runs})
-  lines.append(f"\nM grid {grid}; mean ± std over {n_seeds} seed(s)."
+  lines.append(f"\nM grid {grid}; mean ± std over {n_seeds} seed(s) (sample std, ddof = 1)."
                + (" The paper reports M* = 17 for every vartheta (Fig. 3)."
                   if name == "fig3" else "") + " " + common.EPSILON_NOTE)
   common.write_report(out, name, lines, panels, "total aggregations M",

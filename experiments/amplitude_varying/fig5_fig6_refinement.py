@@ -86,7 +86,7 @@ def summarize(res, out, rounds, description):
                  f"{fmt('final_test_loss')} | {loss.mean(0).min():.4f} | "
                  f"{fmt('final_test_accuracy')} | {eps('epsilon_paper')} | "
                  f"{eps('epsilon_rdp')} | {eps('epsilon_rdp_conditional')} |")
-  lines.append("\nmean ± std over seeds. " + common.EPSILON_NOTE)
+  lines.append("\nmean ± std over seeds (sample std, ddof = 1). " + common.EPSILON_NOTE)
   common.write_report(out, "fig5_fig6", lines, panels, "aggregation index m",
                       f"Figs. 5/6: {description}")
 

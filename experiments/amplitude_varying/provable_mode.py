@@ -122,8 +122,10 @@ def summarize(res, out, rounds, description):
     xs = np.arange(1, loss.shape[1] + 1)
     if rs[0]["vartheta"] == 1.0 or len({r["vartheta"] for r in res.runs}) == 1:
       if np.nanmax(loss.mean(0)) <= 10:  # the same curves (and colours) in both panels
-        curves[loss_panel].append((label, xs, loss.mean(0), loss.std(0) if multi else None))
-        curves[acc_panel].append((label, xs, acc.mean(0), acc.std(0) if multi else None))
+        curves[loss_panel].append((label, xs, loss.mean(0),
+                                   common.sample_std(loss) if multi else None))
+        curves[acc_panel].append((label, xs, acc.mean(0),
+                                  common.sample_std(acc) if multi else None))
     fmt = lambda k: common.mean_spread([r.get(k) for r in rs])
     eps = lambda k: common.epsilon_spread([r.get(k) for r in rs])
     r0 = rs[0]
@@ -135,8 +137,8 @@ def summarize(res, out, rounds, description):
         f"{eps('epsilon_rdp_conditional')} | {eps('epsilon_rdp_poisson')} |")
   n_seeds = len({r["seed"] for r in res.runs})
   lines.append(
-      f"\n{n_seeds} seed(s); mean ± std over seeds. Delta of eq. (8): the sensitivity the "
-      "noise is calibrated with (paper mode: the paper's Delta_s = 2C/|D_k|; clipped "
+      f"\n{n_seeds} seed(s); mean ± std over seeds (sample std, ddof = 1). Delta of "
+      "eq. (8): the sensitivity the noise is calibrated with (paper mode: the paper's Delta_s = 2C/|D_k|; clipped "
       "mode: the provable one). eps RDP guarantee: our RDP ledger (record level, K of U "
       "without replacement, replace-one) with the sensitivity the code enforces (paper "
       "mode: 2C; clipped mode: clipped_gd_sensitivity(eta, G, tau, |D_k|, ball_radius=C)). "

@@ -140,7 +140,8 @@ def summarize(res, out):
   labels = list(dict.fromkeys(r["label"] for r in res.runs))
   lines = ["Table III reproduction (Fashion-MNIST, MLP 784-32-10 linear, M = "
            f"{res.meta['rounds']}): membership-inference accuracy on balanced members / "
-           f"non-members, mean ± std over {res.meta['trials']} trial(s), "
+           f"non-members, mean ± std (sample std, ddof = 1) over {res.meta['trials']} "
+           "trial(s), "
            f"{res.meta['shadows']} shadow federation(s) (paper: 50 trials, 25 shadows).", "",
            "| setting | shadow-model attack | AUC | loss-threshold attack | paper |",
            "|---|---|---|---|---|"]

@@ -17,9 +17,13 @@ Claims (note 000, section 8.2):
   (c) scenario 4: adaptive p beats fixed 0-1-2 and equal p without DP; with DP,
       eps 20 beats eps 5 (and, our addition, adaptive beats equal p at equal epsilon).
 
-Verdict of "A < B": *holds* when the mean final and the mean best test loss of A are both
-below B's, *fails* when neither is, *mixed* otherwise; "k/n seeds" counts the seeds whose
-final test loss orders A < B (runs are paired by seed: same parts, data and initial model).
+Verdict of "A < B" (`verdict`): each of the two losses (final, best) orders A below B
+when B's mean exceeds A's by more than the standard error of the difference of the means
+(sample standard deviations, ddof = 1), above B when A's exceeds B's by as much, and
+neither ("=") otherwise. *holds* when both losses order A below B, *mixed* when one does,
+*tie* when both are within that noise, *fails* otherwise (neither below, at least one
+above). "k/n seeds" counts the seeds whose final test loss orders A < B (runs are paired by
+seed: same parts, data and initial model).
 
 Usage:
   python experiments/padpfl/report.py                 # reads and writes results/
@@ -33,7 +37,7 @@ import json
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 sys.path.insert(0, HERE)
 import padpfl_common as common  # noqa: E402  (a unique name: amplitude_varying has a common.py)
+from fedjax_dp.validation import FedJaxDpError  # noqa: E402
 
 EQUAL = "1-1-1"
 PERSONALIZED = {1: "0-1-2", 2: "0-2-1", 3: "1-3-5", 4: "0-1-2>2-1-0"}
@@ -73,21 +78,85 @@ def name_of(ratio: str, epsilon: Optional[float]) -> str:
   return f"{n}, ε={epsilon:g}" if epsilon is not None else f"{n} (non-private)"
 
 
+#: The verdicts of "A < B" (`verdict`).
+HOLDS, MIXED, TIE, FAILS = "holds", "mixed", "tie", "fails"
+
+
+def order(a: Sequence[float], b: Sequence[float], min_margin: float = 0.0) -> str:
+  """How the mean of ``a`` compares with the mean of ``b``, allowing for seed noise.
+
+  Args:
+    a, b: per-seed values of one loss (floats; None and non-finite values are dropped).
+    min_margin: the smallest difference of the means that counts (same unit as the
+      values, >= 0); the tolerance is the larger of it and the standard error of the
+      difference of the means, ``sqrt(s_a^2 / n_a + s_b^2 / n_b)``, with the sample
+      standard deviations (ddof = 1; a side with one value contributes 0).
+
+  Returns:
+    ``"<"`` when ``mean(b) - mean(a)`` exceeds the tolerance, ``">"`` when
+    ``mean(a) - mean(b)`` does, ``"="`` otherwise (a difference within the tolerance).
+
+  Raises:
+    FedJaxDpError: a side with no finite value, or a negative or non-finite
+      ``min_margin``.
+  """
+  if not (math.isfinite(min_margin) and min_margin >= 0):
+    raise FedJaxDpError(f"min_margin must be a finite number >= 0, got {min_margin!r}",
+                        option="min_margin")
+  stats = []
+  for name, v in (("a", a), ("b", b)):
+    m, s, n = common.mean_std(v)
+    if n == 0:
+      raise FedJaxDpError(f"{name} has no finite value (got {list(v)!r}); a comparison "
+                          "needs at least one run on each side", option=name)
+    stats.append((m, s, n))
+  (ma, sa, na), (mb, sb, nb) = stats
+  tol = max(min_margin, math.sqrt(sa**2 / na + sb**2 / nb))
+  if mb - ma > tol:
+    return "<"
+  if ma - mb > tol:
+    return ">"
+  return "="
+
+
+def verdict(a_final: Sequence[float], b_final: Sequence[float], a_best: Sequence[float],
+            b_best: Sequence[float], min_margin: float = 0.0) -> str:
+  """The verdict of the claim "A has a lower loss than B" from per-seed losses.
+
+  Each loss (final and best test loss, per seed) is ordered by `order`. Returns `HOLDS`
+  when both order A below B, `MIXED` when exactly one does, `TIE` when both differences
+  are within the tolerance, and `FAILS` otherwise (neither orders A below B and at least
+  one orders it above). Raises FedJaxDpError as `order` does.
+  """
+  of = order(a_final, b_final, min_margin)
+  ob = order(a_best, b_best, min_margin)
+  if of == ob == "<":
+    return HOLDS
+  if "<" in (of, ob):
+    return MIXED
+  if of == ob == "=":
+    return TIE
+  return FAILS
+
+
 def compare(a: List[Dict[str, Any]], b: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-  """``A < B`` on final and best test loss; None when either side has no runs."""
+  """``A < B`` on final and best test loss (`verdict`); None when either side has no
+  runs. Runs are dicts with ``seed``, ``final_test_loss`` and ``best_test_loss``."""
   if not a or not b:
     return None
   out = {}
   for k in ("final_test_loss", "best_test_loss"):
     ma, sa, _ = common.mean_std([r[k] for r in a])
     mb, sb, _ = common.mean_std([r[k] for r in b])
-    out[k] = dict(a=(ma, sa), b=(mb, sb), holds=bool(ma < mb))
+    o = order([r[k] for r in a], [r[k] for r in b])
+    out[k] = dict(a=(ma, sa), b=(mb, sb), order=o, holds=o == "<")
   by_seed_b = {r["seed"]: r["final_test_loss"] for r in b}
   paired = [(r["final_test_loss"], by_seed_b[r["seed"]]) for r in a if r["seed"] in by_seed_b]
   out["seeds_won"] = sum(1 for x, y in paired if x < y)
   out["seeds"] = len(paired)
-  f, bst = out["final_test_loss"]["holds"], out["best_test_loss"]["holds"]
-  out["verdict"] = "holds" if f and bst else ("fails" if not f and not bst else "mixed")
+  losses = lambda rs, k: [r[k] for r in rs]  # noqa: E731
+  out["verdict"] = verdict(losses(a, "final_test_loss"), losses(b, "final_test_loss"),
+                           losses(a, "best_test_loss"), losses(b, "best_test_loss"))
   return out
 
 
@@ -229,10 +298,12 @@ def main(argv=None) -> int:
     return 1
   lines = ["# PADPFL (paper 000): the paper's claims against our runs", "",
            "Generated by `report.py` from the `scenario*.json` files; loss = cross-entropy "
-           "on the clean test set (note A8), mean ± std over seeds. A < B *holds* when A's "
-           "mean final and mean best test loss are both below B's, *fails* when neither "
-           "is, *mixed* otherwise; the last column counts the seeds whose final loss "
-           "orders A < B.", ""]
+           "on the clean test set (note A8), mean ± std over seeds (sample std, ddof = 1). "
+           "Each loss (final, best) orders A < B when B's mean exceeds A's by more than "
+           "the standard error of the difference of the means, A > B the other way "
+           "round, and is a tie within it; A < B *holds* when both losses order A < B, "
+           "is *mixed* when one does, a *tie* when both are ties, and *fails* otherwise. "
+           "The last column counts the seeds whose final loss orders A < B.", ""]
   summary: Dict[str, Any] = {}
   groups: Dict[Tuple[str, int], Dict[int, Runs]] = {}
   for fname, runs in found.items():

@@ -1,9 +1,11 @@
-"""Theorem 1 of paper 001 (LAPA, Sun et al., arXiv 2505.19823): the convergence bound
-Phi(p) of eq. (24) = (51) as a function of the transmit powers, the switching round
-T_th(p) of eq. (23), and the step-size condition eqs. (25)-(27).
+"""Theorem 1 of paper 001 (LAPA: Sun, Liu, Ni, Wang, Geng, Lai, Jamalipour, "LAPA-based
+Dynamic Privacy Optimization for Wireless Federated Learning in Heterogeneous
+Environments", arXiv:2505.19823, 2025): the convergence bound Phi(p) of eq. (24) = (51)
+as a function of the transmit powers, the switching round T_th(p) of eq. (23), and the
+step-size condition eqs. (25)-(27).
 
-The seed text lost its equations; the formulas below follow the implementation note
-(../shared/papers/notes/001_91bde8a17240d521.md, sections 2.8-2.10, tags [T] stated,
+The seed text lost its equations; the formulas below follow the project's implementation
+note on the paper (not part of this repository; its sections 2.8-2.10, tags [T] stated,
 [R+]/[R?] reconstructed, [D] our decision).
 
 Model of the bound (note 2.9, [R?] appendix chain eqs. 40-51): gradient sharing with
