@@ -1,4 +1,5 @@
-"""Command line: ``fedjax-dp run`` (the main job) and ``fedjax-dp datasets``.
+"""Command line: ``fedjax-dp run`` (the main job), ``sweep``, ``plot``, ``audit`` and
+``datasets``.
 
 ``fedjax-dp run`` with no arguments trains user-level DP-FedAvg on the UCI HAPT
 smartphone recordings with their 30 natural clients (one per subject) and reports test
@@ -15,6 +16,7 @@ import math
 import re
 import signal
 import sys
+import typing
 import warnings
 from typing import Dict, List, Optional
 
@@ -115,7 +117,68 @@ def _condense(text: str) -> str:
     msg = rest[0].lower() + rest[1:]
   else:
     msg = f"{title.lower()}: {rest}" if rest else title
+  m = re.match(r"unrecognized options?: (.*)$", msg)
+  if m:  # tyro lists a mistyped flag's value too (--rouns, 5): name the flags only
+    typed = [t for t in m.group(1).split(", ") if t.startswith("-")] or [m.group(1)]
+    msg = f"unrecognized option{'s' if len(typed) > 1 else ''}: {', '.join(typed)}"
   return msg + (f" (did you mean {suggestion}?)" if suggestion else "")
+
+
+_STATED_DEFAULT = re.compile(r"\(default\b")
+
+
+def _default_display(name: str, hint, default) -> Optional[str]:
+  """The default shown after an option's help (tyro's ``help_behavior_hint``): one per
+  option. A boolean shows the flag in effect (``(default: --verify-checksums)``, not
+  ``(default: True)`` on the pair); ``no_X`` switches ``(default: off)``; an option
+  whose docstring states its default (``(default: ...)``, where None means "decided at
+  run time") shows only that; None: tyro's ``(default: VALUE)``."""
+  if hint is bool:
+    if name.startswith("no_"):
+      return "(default: off)"
+    flag = name.replace("_", "-")
+    return f"(default: --{flag})" if default else f"(default: --no-{flag})"
+  return None
+
+
+def _help_registry(classes):
+  """A tyro constructor registry for ``fedjax-dp run --help``: the options of
+  ``classes`` (dataclasses) are tyro's own (flags, docstring help), with the default
+  displayed once per option (`_default_display`)."""
+  import tyro
+  from tyro.constructors import ConstructorRegistry
+  registry = ConstructorRegistry()
+  busy = set()
+
+  @registry.struct_rule
+  def one_default(info):
+    if info.type not in classes or info.type in busy:
+      return None
+    busy.add(info.type)  # tyro's own rule for the fields, then the display on top
+    try:
+      spec = ConstructorRegistry.get_struct_spec(info)
+    finally:
+      busy.discard(info.type)
+    if not isinstance(spec, tyro.constructors.StructConstructorSpec):
+      return spec
+    fields = []
+    for f in spec.fields:
+      hint = typing.get_args(f.type)[0] if typing.get_origin(f.type) is typing.Annotated \
+          else f.type
+      text = f.helptext() if callable(f.helptext) else f.helptext
+      if text:  # a docstring's line breaks are not the terminal's
+        text = "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
+      shown = _default_display(f.name, hint, f.default)
+      markers = [tyro.conf.FlagCreatePairsOff] if f.name.startswith("no_") else []
+      if shown is None and text and _STATED_DEFAULT.search(text):
+        shown = ""  # the docstring says it
+      if shown is not None:
+        markers.append(tyro.conf.arg(help_behavior_hint=shown))
+      typ = typing.Annotated[(f.type, *markers)] if markers else f.type
+      fields.append(dataclasses.replace(f, type=typ, helptext=text))
+    return dataclasses.replace(spec, fields=tuple(fields))
+
+  return registry
 
 
 def _elsewhere(argv: List[str], flags: Dict[str, List[str]], algorithm: str) -> str:
@@ -201,7 +264,9 @@ def parse_run_args(argv: List[str]):
                             algorithms="; ".join(f"{a.name}: {a.description}"
                                                  for a in registry.REGISTRY.values())),
                         default=Options(base, base.options, CommandLineOptions(),
-                                        DistributedOptions()))
+                                        DistributedOptions()),
+                        registry=_help_registry({RunConfig, plugin.Options,
+                                                 CommandLineOptions, DistributedOptions}))
   except SystemExit as e:
     if e.code in (0, None):
       raise
@@ -299,10 +364,13 @@ def _cmd_run(argv: List[str]) -> int:
           f"{guard['target_epsilon']:g}; a checkpoint of the last round is saved")
   if s.get("privacy_note"):
     print(f"  note: {s['privacy_note']}")
+  for warning in s.get("accounting_warnings") or ():  # said once, only when it matters
+    print(f"  accounting: {warning}")
   out = s["config"]["out"]  # on --resume, the resumed run's folder
   if out:
-    print(f"  outputs: {out}/metrics.jsonl, summary.json, curves.png, checkpoints/ "
-          f"(resume a killed run with --resume {out})")
+    print(f"  outputs: {out}/metrics.jsonl, summary.json, curves.png, partition.png, "
+          f"tensorboard/ (with --logger tensorboard), checkpoints/ (resume a killed run "
+          f"with --resume {out})")
   stop = s.get("interrupted")
   if stop:
     print(f"  interrupted ({stop['signal']}) after {stop['rounds_done']} of "
@@ -310,6 +378,16 @@ def _cmd_run(argv: List[str]) -> int:
           "checkpoint" + (f"; continue with: {stop['resume']}" if stop["resume"] else ""))
     return 128 + getattr(signal, stop["signal"])
   return 0
+
+
+def _cmd_sweep(argv: List[str]) -> int:
+  """``fedjax-dp sweep`` (`fedjax_dp.runs.sweep.command`, with the run's parser)."""
+  from fedjax_dp.runs import sweep
+  try:
+    return sweep.command(argv, parse_run_args)
+  except _CommandLineError as e:
+    print(f"fedjax-dp: error: {e}", file=sys.stderr)
+    return 2
 
 
 def _cmd_audit(args) -> int:
@@ -380,6 +458,18 @@ def _cmd_datasets(args) -> int:
   return 0
 
 
+def _cmd_plot(args) -> int:
+  """``fedjax-dp plot``: the runs overlaid (`fedjax_dp.runs.plots.plot_compare`)."""
+  import os.path
+
+  from fedjax_dp.runs import plots
+  runs = [plots.read_run(d) for d in args.run_dirs]
+  names = [os.path.basename(os.path.normpath(d)) for d in args.run_dirs]
+  path = plots.plot_compare(runs, args.out, x=args.x, labels=args.labels, names=names)
+  print(f"wrote {path}")
+  return 0
+
+
 def _top_level_parser() -> argparse.ArgumentParser:
   """The options given before the command (``fedjax-dp [OPTIONS] COMMAND ...``)."""
   parser = argparse.ArgumentParser(prog="fedjax-dp", add_help=False)
@@ -401,10 +491,16 @@ def build_parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
       prog="fedjax-dp", parents=[_top_level_parser()],
       description="fedjax_dp: fast simulation of differentially private federated learning")
+  parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}",
+                      help="print the installed fedjax_dp version and exit")
   sub = parser.add_subparsers(dest="command", required=True)
   sub.add_parser("run", add_help=False,
                  help="train a (DP) federated model and report accuracy and epsilon "
                       "(`fedjax-dp run --help` lists its options)")
+  sub.add_parser("sweep", add_help=False,
+                 help="run many seeds and settings (--seeds 0-7 --noise-multiplier 1,2) "
+                      "as one vmapped program: a run folder each and a comparison "
+                      "table (`fedjax-dp sweep --help`)")
   from fedjax_dp.algorithms import ALGORITHMS
   au = sub.add_parser(
       "audit", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
@@ -427,10 +523,26 @@ def build_parser() -> argparse.ArgumentParser:
                   help="scored repetitions per world")
   au.add_argument("--calibration", type=int, default=10000,
                   help="repetitions per world that fix the distinguishing test")
-  au.add_argument("--seed", type=int, default=0)
+  au.add_argument("--seed", type=int, default=0, help="seed of the audits' randomness")
   au.add_argument("--list", action="store_true", help="list the targets and their breaks")
   ds = sub.add_parser("datasets", help="list datasets, their source and availability")
   ds.add_argument("--json", action="store_true", help="machine-readable output")
+  pl = sub.add_parser(
+      "plot", help="overlay the curves of finished runs (accuracy, train loss, epsilon)",
+      description=("Reads each RUN_DIR's metrics.jsonl and summary.json (the --out folder "
+                   "of `fedjax-dp run`) and draws them in one figure, one colour per run: "
+                   "test accuracy (dashed: majority-class baseline) and train loss "
+                   "against --x, epsilon against the round, test accuracy against "
+                   "epsilon. The legend names the options in which the runs differ "
+                   "(e.g. noise_multiplier=1.0) unless --labels is given."))
+  pl.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run output folders")
+  pl.add_argument("--out", default="compare.png",
+                  help="the PNG file to write (default: compare.png in the current folder)")
+  pl.add_argument("--x", default="round", choices=["round", "epsilon"],
+                  help="x axis of the accuracy and train-loss panels (default: round)")
+  pl.add_argument("--labels", nargs="+", default=None, metavar="LABEL",
+                  help="one legend label per RUN_DIR, in order (give it after the "
+                       "RUN_DIRs)")
   return parser
 
 
@@ -448,16 +560,43 @@ def _split_top_level(argv: List[str]) -> int:
   return min(i, len(argv))
 
 
+def _version() -> str:
+  """The installed package's version (importlib.metadata), or "unknown"."""
+  import importlib.metadata
+  try:
+    return importlib.metadata.version("fedjax_dp")
+  except importlib.metadata.PackageNotFoundError:
+    return "unknown (not installed)"
+
+
+def _unknown_command(parser: argparse.ArgumentParser, word: List[str]) -> Optional[str]:
+  """For a first word that is not an option and not a command (``fedjax-dp rnu``): the
+  error with the closest command (difflib), else None."""
+  if not word or word[0].startswith("-"):
+    return None
+  commands = [name for a in parser._actions  # pylint: disable=protected-access
+              if isinstance(getattr(a, "choices", None), dict) for name in a.choices]
+  if not commands or word[0] in commands:
+    return None
+  close = difflib.get_close_matches(word[0], commands, n=1)
+  return (f"unknown command {word[0]!r}" + (f" (did you mean {close[0]}?)" if close else "")
+          + f"; the commands are {', '.join(commands)} (fedjax-dp --help)")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   parser = build_parser()
   top = _split_top_level(argv)
-  if argv[top:top + 1] == ["run"]:
+  if argv[top:top + 1] in (["run"], ["sweep"]):
     # The top-level options are parsed here; tyro parses the rest (parse_run_args).
     args = _top_level_parser().parse_args(argv[:top])
-    args.command = "run"
+    args.command = argv[top]
     argv = argv[top:]
   else:
+    unknown = _unknown_command(parser, argv[top:top + 1])
+    if unknown:
+      print(f"fedjax-dp: error: {unknown}", file=sys.stderr)
+      return 2
     args = parser.parse_args(argv)
   from fedjax_dp import compilation_cache
   # Before anything compiles: JAX looks a program up when it first compiles it.
@@ -465,8 +604,12 @@ def main(argv: Optional[List[str]] = None) -> int:
   try:
     if args.command == "run":
       return _cmd_run(argv[1:])
+    if args.command == "sweep":
+      return _cmd_sweep(argv[1:])
     if args.command == "audit":
       return _cmd_audit(args)
+    if args.command == "plot":
+      return _cmd_plot(args)
     return _cmd_datasets(args)
   except KeyboardInterrupt as e:  # before training started: nothing was written
     print("\nfedjax-dp: interrupted; no summary was written (an output folder that "

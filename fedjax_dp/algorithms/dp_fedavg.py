@@ -353,7 +353,7 @@ class DpFedAvgOptions(FederatedOptions):
   clip_norm: float = 0.5
   """S: L2 bound of each client's update (parameter units)"""
   noise_multiplier: Optional[float] = None
-  """z: noise std = z * S (default 2.0; with --target-epsilon alone z is calibrated so
+  """z: noise std = z * S (default: 2.0; with --target-epsilon alone, z is calibrated so
   that --rounds rounds spend it)"""
   noise_placement: Literal["central", "local"] = "central"
   """central: one Gaussian draw on the aggregate; local: every sampled client noises its
@@ -443,10 +443,10 @@ class RecordLevelOptions(FederatedOptions):
   record_clip_norm: float = 0.5
   """C_r: L2 bound of each example's gradient"""
   record_noise_multiplier: Optional[float] = None
-  """z_r: noise std z_r * C_r on each local step's gradient sum (default 2.0; with
-  --target-epsilon alone z_r is calibrated)"""
+  """z_r: noise std z_r * C_r on each local step's gradient sum (default: 2.0; with
+  --target-epsilon alone, z_r is calibrated)"""
   record_sampling_rate: Optional[float] = None
-  """Poisson rate of examples per local DP-SGD step (default batch size / mean client
+  """Poisson rate of examples per local DP-SGD step (default: batch size / mean client
   size)"""
   per_example_method: Literal["auto", "ghost", "vmap"] = "auto"
   """how per-example clipped gradients are computed: ghost norms + book-keeping (fast;

@@ -27,7 +27,7 @@ class FederatedOptions:
   clients_per_round: Optional[int] = None
   """expected cohort size q*N (exclusive with --sampling-rate)"""
   sampling_rate: Optional[float] = None
-  """client sampling rate q in (0, 1] (default 0.5 when neither this nor
+  """client sampling rate q in (0, 1] (default: 0.5 when neither this nor
   --clients-per-round is given)"""
   sampler: Literal["poisson", "fixed_size"] = "poisson"
   """poisson (add/remove DP) or fixed_size: sampling without replacement

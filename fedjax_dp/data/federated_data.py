@@ -129,9 +129,21 @@ class FederatedData:
 def from_client_lists(name: str, xs: Sequence[np.ndarray], ys: Sequence[np.ndarray],
                       num_classes: int, client_ids: Optional[Sequence[str]] = None,
                       **kwargs) -> FederatedData:
-  """Builds a padded `FederatedData` from per-client lists of arrays.
+  """Builds a padded `FederatedData` from per-client lists of arrays (your own data).
+
+  Example (three clients of 16 features, 4 classes, and a central test set)::
+
+    from fedjax_dp.data import from_client_lists
+    fd = from_client_lists("mine", xs=[x0, x1, x2], ys=[y0, y1, y2], num_classes=4,
+                           client_ids=["alice", "bob", "carol"], test_x=tx, test_y=ty)
+    result = fedjax_dp.runs.run(RunConfig(rounds=20, out=None), data=fd)
+
+  (``x_i`` float ``[n_i, 16]``, ``y_i`` int ``[n_i]``; unless the run or the algorithm
+  names a model, it is chosen by the feature shape: mlp for flat features, cnn for
+  images; ``run(..., model=my_flax_module)`` trains your own.)
 
   Args:
+    name: the dataset's name (in summaries).
     xs: ``num_clients`` arrays ``[n_i, *feature_shape]`` (cast to float32).
     ys: ``num_clients`` int arrays ``[n_i]``.
     num_classes: number of classes.

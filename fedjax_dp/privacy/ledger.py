@@ -14,8 +14,10 @@ each round's event as `fedjax_dp.privacy.events.make_dp_event` does and never re
 Accounting is never re-implemented here (`fedjax_dp.privacy.accountants`). The ledger
 only caches per-event RDP vectors and adds them, which is exactly what `RdpAccountant`
 does for a composition (RDP composes additively, Mironov 2017, arXiv:1702.07476,
-Prop. 1); its summary of dp-accounting's RDP non-convergence warnings (one per ledger)
-goes to the logger ``"fedjax_dp.privacy.accountants"``, as the accountants' do.
+Prop. 1); its summary of dp-accounting's RDP non-convergence warnings goes to the
+logger ``"fedjax_dp.privacy.accountants"`` at DEBUG level, as the accountants' do, and
+`PrivacyLedger.accounting_warnings` says in plain words when the orders dp-accounting
+excluded could change the epsilon (`fedjax_dp.privacy.accountants.excluded_orders_note`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ from fedjax_dp.privacy.accountants import (ACCOUNTANTS,
                                            DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
                                            _check_orders, _check_pld_interval, _log,
                                            _make_accountant, _nonconvergence_message,
-                                           _raise_unsupported, _rdp_of)
+                                           _raise_unsupported, _rdp_of,
+                                           excluded_orders_note)
 from fedjax_dp.privacy.events import (SAMPLERS, NeighborRel, Truncation, _build_event,
                                       _check_count, _check_noise_multiplier,
                                       _check_privacy_unit, _check_sampling_rate,
@@ -407,13 +410,26 @@ class PrivacyLedger:
     """(RDP vector of the run's base event, releases per round)."""
     base, steps = _split_self_composed(run.event)
     vec, seen = _rdp_of(base, self._orders, dp_accounting_relation(base))
-    if seen:
-      if not self._nonconvergence_reported:
-        _log.warning("%s", _nonconvergence_message(seen))
-        self._nonconvergence_reported = True
-      else:
-        _log.debug("%s", _nonconvergence_message(seen))
+    if seen and not self._nonconvergence_reported:
+      # Whether it matters is `accounting_warnings`' question; the details go to DEBUG.
+      _log.debug("%s", _nonconvergence_message(seen))
+      self._nonconvergence_reported = True
     return vec, steps
+
+  def accounting_warnings(self, delta: Optional[float] = None) -> List[str]:
+    """Plain sentences on what could change this ledger's RDP epsilon at ``delta``
+    (default the ledger's): one when RDP orders dp-accounting had to exclude (its series
+    did not converge) could give a smaller epsilon
+    (`fedjax_dp.privacy.accountants.excluded_orders_note`); [] otherwise.
+
+    Raises:
+      FedJaxDpError: invalid ``delta``.
+    """
+    delta = self._delta if delta is None else check_delta(delta)
+    if not self._runs:
+      return []
+    note = excluded_orders_note(self._orders, self.rdp(), delta)
+    return [note] if note else []
 
   def rdp(self) -> np.ndarray:
     """Total RDP at `orders` of all recorded rounds (float64 [len(orders)])."""

@@ -47,17 +47,44 @@ class RunConfig:
   algorithm: str = registry.DEFAULT
   """the algorithm (`fedjax_dp.algorithms.registry`; its options are listed below)"""
   dataset: Optional[str] = None
-  """har, fashion_mnist, mnist, emnist, cifar10, adult or synthetic (default: the
-  algorithm's; `fedjax-dp datasets` shows what is available here)"""
+  """har, har_features, fashion_mnist, mnist, emnist, cifar10, adult or synthetic
+  (default: the algorithm's; `fedjax-dp datasets` shows what is available here), or
+  npz:PATH: your
+  own data in one .npz file (x [N, ...], y [N], client_id [N]; optional test_x, test_y,
+  num_classes, name; see fedjax_dp.data.sources.npz)"""
   partition: Optional[str] = None
-  """natural, iid, dirichlet, shards or quantity_skew (default: the dataset's own)"""
+  """natural, iid, dirichlet, shards or quantity_skew, with optional parameters:
+  METHOD:VALUE or METHOD:KEY=VALUE,... e.g. dirichlet:0.1, shards:2,
+  quantity_skew:sigma=1.5, dirichlet:alpha=0.1,min_size=5 (default: the dataset's own:
+  dirichlet:0.5 for images, natural for har, synthetic and npz)"""
+  dirichlet_alpha: Optional[float] = None
+  """label-skew Dirichlet concentration of the dirichlet partition, > 0; smaller is more
+  skewed, 100 is near IID; alone it selects the dirichlet partition (default: 0.5)"""
+  shards_per_client: Optional[int] = None
+  """label-sorted shards per client of the shards partition, >= 1 (default: 2)"""
+  quantity_skew_alpha: Optional[float] = None
+  """client sizes ~ Dirichlet(alpha) in the quantity_skew partition, > 0 (give this or
+  --quantity-skew-sigma)"""
+  quantity_skew_sigma: Optional[float] = None
+  """client sizes ~ LogNormal(0, sigma) in the quantity_skew partition, >= 0 (default:
+  1.0 when --quantity-skew-alpha is not given)"""
+  min_client_size: Optional[int] = None
+  """fewest examples per client of the dirichlet and quantity_skew partitions, >= 1
+  (default: 1)"""
   num_clients: Optional[int] = None
-  """number of clients of a synthetic partition"""
+  """number of clients of every non-natural partition, and of synthetic's own clients
+  (default: 100 for image datasets, 30 for har and har_features, 10 for synthetic, the
+  file's clients for npz:PATH)"""
   data_dir: Optional[str] = None
-  """directory with dataset files (IDX ...); also FEDJAX_DP_DATA_DIR"""
+  """the folder holding fashion_mnist's, mnist's (IDX files) or emnist's and cifar10's
+  (a prepared TFDS) files: when given, the only place searched, and files missing there
+  are an error (default: $FEDJAX_DP_DATA_DIR, then system packages and TFDS's folders;
+  the copy used is named in summary.json)"""
   model: Optional[str] = None
   """mlp, cnn, cnn3, lenet5, cnn_fc50, har_cnn or linear (default: the algorithm's, else
-  the dataset's)"""
+  the dataset's; for npz data cnn for images, else mlp), or your own:
+  package.module:factory, a function (feature_shape, num_classes) -> flax module (the
+  current directory is importable)"""
   hidden: Optional[str] = None
   """hidden dense widths of mlp and cnn3, e.g. 32 or 200,200 (default: the algorithm's,
   else 200,200)"""
@@ -70,13 +97,18 @@ class RunConfig:
   with a noise multiplier: budget guard, stop before the round that would take epsilon
   past it"""
   delta: float = 1e-3
-  """delta of (epsilon, delta)-DP"""
+  """delta of (epsilon, delta)-DP: the probability bound of the guarantee for one
+  privacy unit; must be below 1/n for the unit's population n (the clients at user
+  level, the fewest records of a client at record level)"""
   accountant: Literal[ACCOUNTANTS] = "rdp"
   """accountant of the reported epsilon (both are in summary.json)"""
   eval_every: int = 5
   """evaluate on the test set every N rounds"""
   seed: int = 0
   """root seed of the run"""
+  data_seed: Optional[int] = None
+  """seed of the data partition and of synthetic data (default: --seed); `fedjax-dp
+  sweep` gives all its runs the same one"""
   devices: Optional[int] = None
   """shard each cohort over this many local devices (default: all; on a CPU, one
   device per core); in a multi-process run (--distributed), this many in every
@@ -100,6 +132,15 @@ class RunConfig:
   dp_metrics_only: bool = False
   """write only metrics released under DP or public to metrics.jsonl (no train loss,
   update norms, clip fractions: those are computed from raw client data)"""
+  allow_large_delta: bool = False
+  """accept delta >= 1/n for the privacy unit's population n (refused otherwise: such a
+  delta allows publishing a unit's data outright); for reproducing a paper that used one;
+  summary.json's delta_meaning then says the guarantee is weak in that sense"""
+  logger: str = "tensorboard"
+  """experiment trackers: a comma list of tensorboard, wandb, mlflow, or none;
+  tensorboard writes event files to <out>/tensorboard (wandb: pip install wandb; mlflow:
+  pip install mlflow-skinny, default store <out>/mlruns); they get what metrics.jsonl
+  gets"""
   options: Annotated[Any, tyro.conf.Suppress] = None
   """the algorithm's options (an instance of its ``Options``; None: its defaults)"""
 
@@ -111,6 +152,21 @@ class RunConfig:
   def plugin(self):
     """The algorithm's `FederatedAlgorithm` (from the registry)."""
     return registry.get(self.algorithm)
+
+  def partition_options(self):
+    """``(method, kwargs)`` of the run's partition: ``partition``'s spec
+    (``dirichlet:0.1``) with the partition fields (``dirichlet_alpha``, ...), by
+    `fedjax_dp.data.partition.resolve_partition`; method None: the dataset's default.
+
+    Raises:
+      FedJaxDpError: naming the option (``partition`` or the field).
+    """
+    from fedjax_dp.data import partition as partition_lib
+    from fedjax_dp.data import registry as data_registry
+    dataset = self.dataset or self.plugin.default_dataset
+    return partition_lib.resolve_partition(
+        self.partition, {f: getattr(self, f) for f in partition_lib.FIELD_PARAMS},
+        data_registry.default_partition(dataset))
 
   @classmethod
   def run_fields(cls) -> List[str]:
@@ -180,8 +236,10 @@ class RunConfig:
       FedJaxDpError: naming the option (its ``option`` attribute), the value and what
         is allowed.
     """
-    from fedjax_dp.data import partition as partition_lib
+    from fedjax_dp.data import registry as data_registry
+    from fedjax_dp.data.sources import npz
     from fedjax_dp.models import MODEL_NAMES
+    from fedjax_dp.models.core import check_factory_spec, is_factory_spec
     from fedjax_dp.validation import check_choice
     check_choices(self)
     plugin = self.plugin  # raises for an unknown algorithm
@@ -192,9 +250,17 @@ class RunConfig:
     if self.dataset is not None and (not isinstance(self.dataset, str) or not self.dataset):
       raise FedJaxDpError(f"dataset must be a dataset name, got {self.dataset!r}.",
                           option="dataset")
-    if self.partition is not None:
-      check_choice("partition", self.partition, partition_lib.METHODS)
-    if self.model is not None:
+    if data_registry.is_npz(self.dataset) and not os.path.isfile(npz.path_of(self.dataset)):
+      raise FedJaxDpError(f"dataset {self.dataset!r}: no such file "
+                          f"({os.path.abspath(npz.path_of(self.dataset))!r}).",
+                          option="dataset")
+    if self.partition is not None and not isinstance(self.partition, str):
+      raise FedJaxDpError(f"partition must be a string such as 'dirichlet:0.1', got "
+                          f"{self.partition!r}.", option="partition")
+    self.partition_options()  # the spec, its fields and their fit
+    if is_factory_spec(self.model):
+      check_factory_spec(self.model)  # imported when the run is set up
+    elif self.model is not None:
       check_choice("model", self.model, MODEL_NAMES)
     if self.hidden is not None:
       parse_hidden(self.hidden)
@@ -207,13 +273,17 @@ class RunConfig:
     if self.num_clients is not None:
       check_int("num_clients", self.num_clients, minimum=1)
     check_int("seed", self.seed, minimum=0, maximum=2**32 - 1)
+    if self.data_seed is not None:
+      check_int("data_seed", self.data_seed, minimum=0, maximum=2**32 - 1)
     check_delta(self.delta)
     if self.target_epsilon is not None:
       check_epsilon(self.target_epsilon, "target_epsilon")
-    for name in ("overwrite", "verify_checksums", "dp_metrics_only"):
+    for name in ("overwrite", "verify_checksums", "dp_metrics_only", "allow_large_delta"):
       if not isinstance(getattr(self, name), bool):
         raise FedJaxDpError(f"{name} must be True or False, got {getattr(self, name)!r}.",
                             option=name)
+    from fedjax_dp.runs.writers import parse_logger_spec
+    parse_logger_spec(self.logger)  # names only: installation is checked when a run starts
     plugin.validate(self.options, self)
     if self.target_epsilon is not None and plugin.noise_multiplier_option is None:
       raise FedJaxDpError(
@@ -223,7 +293,7 @@ class RunConfig:
           option="target_epsilon")
     if self.data_dir is not None and not os.path.isdir(os.path.expanduser(self.data_dir)):
       raise FedJaxDpError(f"data_dir must be an existing directory, got {self.data_dir!r} "
-                          "(it would silently be skipped in the search for the data).",
+                          "(a given data_dir is the only place the data is looked for).",
                           option="data_dir")
     if self.resume is not None and not os.path.isdir(
         os.path.join(os.path.expanduser(self.resume), "checkpoints")):

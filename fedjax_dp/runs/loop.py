@@ -4,9 +4,13 @@
 builds the model and the algorithm, sets its noise multiplier (given, calibrated, or
 the resumed run's), runs the rounds in compiled blocks that the algorithm's controller
 chooses, composes each round's DpEvent in the privacy ledger, streams
-``metrics.jsonl`` (one JSON object per round, flushed as rounds finish), checkpoints,
-and writes ``summary.json`` and ``curves.png``. It names no algorithm: everything
-algorithm-specific comes through `fedjax_dp.algorithms.interface.FederatedAlgorithm`.
+``metrics.jsonl`` (one JSON object per round, flushed as each compiled block finishes;
+its ``wall_time_s`` is the block's end time, shared by the block's rounds:
+`block_rounds`), checkpoints,
+and writes ``summary.json``, ``curves.png`` and ``partition.png`` (`plots`); the
+trackers of ``--logger`` (`writers`: TensorBoard, W&B, MLflow) get the same records.
+It names no algorithm: everything algorithm-specific comes through
+`fedjax_dp.algorithms.interface.FederatedAlgorithm`.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.federated import (PopulationData, make_block_fn, make_device_evaluator,
                                  run_rounds, sharding)
 from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
-from fedjax_dp.privacy import disclosure
-from fedjax_dp.runs import outputs
+from fedjax_dp.privacy import accountants, disclosure
+from fedjax_dp.runs import outputs, plots
 from fedjax_dp.runs import privacy as run_privacy
+from fedjax_dp.runs import writers as writers_lib
 from fedjax_dp.runs.config import RunConfig, parse_hidden
 from fedjax_dp.validation import FedJaxDpError
 
@@ -93,29 +98,57 @@ def with_default_noise_multiplier(cfg: RunConfig) -> RunConfig:
       cfg.options, **{name: plugin.default_noise_multiplier}))
 
 
-def make_setup(cfg: RunConfig, data=None) -> Setup:
-  """Loads the data (unless given), lets the algorithm prepare it, builds the model and
-  the mesh: the `Setup` the algorithm is built from."""
+def make_setup(cfg: RunConfig, data=None, model=None) -> Setup:
+  """Loads the data (unless given), lets the algorithm prepare it, builds the model
+  (unless given) and the mesh: the `Setup` the algorithm is built from.
+
+  Args:
+    cfg: the run's configuration; its partition (``partition`` spec and fields,
+      `RunConfig.partition_options`) goes to `fedjax_dp.data.load_dataset`.
+    data: a `FederatedData` to use instead of loading ``cfg.dataset``.
+    model: a `fedjax_dp.models.Model` or a flax module (wrapped by
+      `fedjax_dp.models.from_module`) to use instead of ``cfg.model``; a
+      ``package.module:factory`` in ``cfg.model`` is imported and called here.
+
+  Raises:
+    FedJaxDpError: ``model`` given together with ``cfg.model``, or a model that does not
+      fit the data (option ``model``).
+  """
   from fedjax_dp.data import load_dataset  # deferred: keeps `import fedjax_dp` light
   from fedjax_dp.models import create_model
+  from fedjax_dp.models import core as model_core
   plugin = cfg.plugin
   dataset = cfg.dataset or plugin.default_dataset
+  if model is not None and cfg.model is not None:
+    raise FedJaxDpError(f"model: give the model either as an argument or as the model "
+                        f"option ({cfg.model!r}), not both.", option="model")
   if data is None:
-    data = load_dataset(dataset, partition=cfg.partition, num_clients=cfg.num_clients,
-                        seed=cfg.seed, data_dir=cfg.data_dir,
-                        verify_checksums=cfg.verify_checksums)
+    method, part_kw = cfg.partition_options()
+    data = load_dataset(dataset, partition=method, num_clients=cfg.num_clients,
+                        seed=cfg.seed if cfg.data_seed is None else cfg.data_seed,
+                        data_dir=cfg.data_dir,
+                        verify_checksums=cfg.verify_checksums, **part_kw)
+  else:  # the caller's data: its own name, not the algorithm's default dataset's
+    dataset = cfg.dataset or data.name
   prepared = plugin.prepare(cfg.options, cfg, data)
   data = prepared.data
-  spec = plugin.model_spec(cfg.options, cfg)
-  name = cfg.model or spec.name or DEFAULT_MODELS.get(dataset, "mlp")
-  kwargs = {}
-  if name in ("mlp", "cnn3"):
-    kwargs = dict(spec.kwargs) if cfg.model in (None, spec.name) else {}
-    if cfg.activation is not None and name == "mlp":
-      kwargs["activation"] = cfg.activation
-    if cfg.hidden is not None:
-      kwargs["hidden"] = parse_hidden(cfg.hidden)
-  model = create_model(name, data.feature_shape, data.num_classes, **kwargs)
+  if model is not None or model_core.is_factory_spec(cfg.model):
+    if model is None:
+      model = model_core.model_from_factory(cfg.model, data.feature_shape, data.num_classes)
+    model = model_core.as_model(model, data.feature_shape, data.num_classes)
+    name = model.name
+  else:
+    spec = plugin.model_spec(cfg.options, cfg)
+    name = (cfg.model or spec.name or DEFAULT_MODELS.get(dataset)
+            or model_core.default_model_name(data.feature_shape))
+    kwargs = {}
+    if name in ("mlp", "cnn3"):
+      kwargs = dict(spec.kwargs) if cfg.model in (None, spec.name) else {}
+      if cfg.activation is not None and name == "mlp":
+        kwargs["activation"] = cfg.activation
+      if cfg.hidden is not None:
+        kwargs["hidden"] = parse_hidden(cfg.hidden)
+    model = create_model(name, data.feature_shape, data.num_classes, **kwargs)
   mesh = run_mesh(cfg.devices)
   phases = None
   if prepared.phases:
@@ -140,9 +173,15 @@ def build(setup: Setup, saved_z: Any = None) -> Tuple[Any, Any]:
 
   Returns:
     ``(alg, z)``: an `Algorithm` and z (a float, a float32 ``[N]`` vector, or None).
+
+  Raises:
+    FedJaxDpError: ``delta`` at or above 1/n for the privacy unit's population
+      (`delta_bound`), before any calibration or compilation.
   """
   cfg, plugin = setup.run, setup.run.plugin
   alg = plugin.build(setup)
+  if not cfg.allow_large_delta:
+    check_delta_bound(cfg.delta, delta_bound(alg.privacy, setup))
   name = plugin.noise_multiplier_option
   if name is None or alg.privacy is None:
     return alg, None
@@ -159,14 +198,159 @@ def build(setup: Setup, saved_z: Any = None) -> Tuple[Any, Any]:
   return alg, float(given)
 
 
-def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
-  """Runs one training job and writes ``metrics.jsonl``, ``summary.json``, ``curves.png``
-  and ``checkpoints/`` into ``cfg.out`` (unless ``cfg.out`` is None).
+def delta_bound(spec, setup: Setup) -> Optional[Dict[str, Any]]:
+  """What a run's delta is measured against: the population of its privacy unit.
+
+  (epsilon, delta)-DP with delta >= 1/n over n protected units is met by a mechanism
+  that publishes a randomly chosen unit outright, so delta must lie below 1/n (Dwork
+  and Roth 2014, "The Algorithmic Foundations of Differential Privacy", Sec. 2.3:
+  deltas of the order of 1/n "permit preserving privacy by publishing the complete
+  records of a small number of database participants").
+
+  * user-level (``spec.unit``): n = the number of clients.
+  * record-level (every record-level algorithm, per-device accounting included):
+    n = the fewest training records a client holds (over the run's data phases). A
+    mechanism that publishes one random record of *every* client is (0, 1/n)-DP at
+    record level, so delta >= 1/n allows it. The stricter usual advice, delta well
+    below one over all training records (``records_total``), is reported, not
+    enforced (the papers' settings reproduced here use larger deltas).
+
+  Args:
+    spec: the algorithm's `fedjax_dp.algorithms.base.PrivacySpec`, or None.
+    setup: the run's `Setup` (its data: ``num_clients``, int ``counts [N]``).
+
+  Returns:
+    None for a non-private run (``spec`` None), else ``{"unit", "n", "limit" (1/n),
+    "population" (what n counts, in words), "records_total"}``.
+  """
+  if spec is None:
+    return None
+  data = setup.data
+  counts = np.asarray(data.counts)
+  total = int(counts.sum())
+  if spec.unit == "user-level":
+    n = int(data.num_clients)
+    population = f"the {n} clients"
+  else:
+    phases = [np.asarray(p.counts) for _, p in (setup.phases or ())]
+    held = np.concatenate([c[c > 0] for c in [counts] + phases])
+    n = int(held.min()) if held.size else 1
+    population = f"{n}, the fewest training records a client holds"
+  return {"unit": spec.unit, "n": n, "limit": 1.0 / n, "population": population,
+          "records_total": total}
+
+
+def check_delta_bound(delta: float, bound: Optional[Dict[str, Any]]) -> None:
+  """Refuses ``delta >= 1/n`` (`delta_bound`; nothing to check when ``bound`` is None).
+
+  Raises:
+    FedJaxDpError: naming ``delta``, its value, the bound and the population (option
+      ``delta``).
+  """
+  if bound is None or delta < bound["limit"]:
+    return
+  n = bound["n"]
+  if bound["unit"] == "user-level":
+    why = (f"n = {n}, the number of clients: with delta >= 1/n the guarantee allows "
+           "publishing a randomly chosen client's whole data")
+  else:
+    why = (f"n = {n}, the fewest training records a client holds: with delta >= 1/n "
+           "the guarantee allows publishing one record of every client; the usual "
+           f"advice is delta well below 1/{bound['records_total']}, one over all "
+           "training records")
+  raise FedJaxDpError(
+      f"delta must be below 1/n = 1/{n} = {bound['limit']:.3g} for this "
+      f"{bound['unit']} run ({why}); got delta={delta!r}.", option="delta")
+
+
+def delta_meaning(bound: Optional[Dict[str, Any]], delta: Optional[float] = None) -> str:
+  """summary.json's ``delta_meaning``: what delta bounds in this run, in words (with a
+  warning when ``delta`` >= 1/n was accepted through ``allow_large_delta``)."""
+  if bound is None:
+    return "none: a non-private run has no (epsilon, delta) guarantee"
+  if delta is not None and delta >= bound["limit"]:
+    return (f"WEAK: delta = {delta:g} >= 1/n = 1/{bound['n']} (n: {bound['population']}) "
+            "was accepted with allow_large_delta (e.g. a paper's setting): an (epsilon, "
+            "delta) guarantee with such a delta allows publishing a "
+            + ("randomly chosen client's whole data" if bound["unit"] == "user-level"
+               else "record of every client") + " outright. "
+            + delta_meaning(bound))
+  n, lim = bound["n"], bound["limit"]
+  if bound["unit"] == "user-level":
+    return (f"probability bound of the (epsilon, delta) guarantee for one user (a "
+            f"client's whole data); 1/n = 1/{n} = {lim:.3g} for {bound['population']}: "
+            "delta must be below it, and is usually chosen far below")
+  total = bound["records_total"]
+  return (f"probability bound of the (epsilon, delta) guarantee for one training record; "
+          f"1/n = 1/{n} = {lim:.3g} for n = {bound['population']} (delta must be below "
+          f"it), and 1/{total} = {1.0 / total:.3g} for all {total} training records (the "
+          "usual advice: delta well below that)")
+
+
+def block_rounds(records: List[Dict[str, Any]]) -> List[int]:
+  """The rounds of each compiled block, in order, from records' ``wall_time_s``.
+
+  ``wall_time_s`` of metrics.jsonl (`fedjax_dp.federated.driver.run_rounds`) is the time
+  (seconds since training started in the session) at which the compiled block that
+  ran the round finished: every round of a block has the block's value, because a
+  round's own time is not observable inside the compiled ``lax.scan`` without a host
+  callback in every round. A block is therefore a maximal run of consecutive records
+  with the same ``wall_time_s``.
+  """
+  sizes: List[int] = []
+  for i, r in enumerate(records):
+    if i and r.get("wall_time_s") == records[i - 1].get("wall_time_s"):
+      sizes[-1] += 1
+    else:
+      sizes.append(1)
+  return sizes
+
+
+def wall_time_note(records: List[Dict[str, Any]]) -> str:
+  """summary.json's ``wall_time_note``: what metrics.jsonl's ``wall_time_s`` means in
+  this run (per compiled block, `block_rounds`), with the run's block sizes."""
+  sizes = block_rounds(records)
+  distinct = list(dict.fromkeys(sizes))
+  return ("wall_time_s in metrics.jsonl is per compiled block, not per round: the "
+          "seconds since training started at which the block that ran the round "
+          f"finished, shared by its rounds ({len(sizes)} block(s) of "
+          f"{' or '.join(str(k) for k in distinct) or 0} rounds here); a block's time is "
+          "the difference from the previous block's value, its time per round that "
+          "divided by its rounds")
+
+
+def accounting_warnings(ledger, spec, delta: float) -> List[str]:
+  """summary.json's ``accounting_warnings``: plain sentences on what could change the
+  run's RDP epsilon (the worst client's with per-client accounting), e.g. RDP orders
+  dp-accounting had to exclude next to the order attaining it
+  (`fedjax_dp.privacy.accountants.excluded_orders_note`); [] when nothing does (and
+  for a non-private run). The command line prints them once, after the run."""
+  if ledger is None or spec is None:
+    return []
+  single = ledger.worst_ledger(accountant="rdp") if spec.per_client else ledger
+  if not getattr(single, "num_rounds", 0):
+    return []
+  note = accountants.excluded_orders_note(single.orders, single.rdp(), delta)
+  return [note] if note else []
+
+
+def run(cfg: RunConfig, progress: bool = True, data=None, model=None) -> RunResult:
+  """Runs one training job and writes ``metrics.jsonl``, ``summary.json``, ``curves.png``,
+  ``partition.png`` and ``checkpoints/`` into ``cfg.out`` (unless ``cfg.out`` is None),
+  and sends the configuration, each round's record and the summary to the trackers of
+  ``cfg.logger`` (default ``<out>/tensorboard``; closed however the run ends; one that
+  fails is dropped with a warning). On resume they get the checkpoint's rounds again
+  (TensorBoard hides its earlier session's events, so each round shows once; W&B and
+  MLflow start a new run).
 
   Args:
     cfg: a `RunConfig` (validated here, before any loading or compilation).
     progress: show a tqdm progress bar with loss, accuracy and epsilon.
-    data: an already loaded `FederatedData` (skips loading ``cfg.dataset``).
+    data: an already loaded `FederatedData` (skips loading ``cfg.dataset``), e.g. your
+      own arrays through `fedjax_dp.data.from_client_lists`.
+    model: your own model instead of ``cfg.model``: a `fedjax_dp.models.Model` or any
+      flax module mapping ``[B, *feature_shape]`` to logits ``[B, num_classes]``
+      (`fedjax_dp.models.from_module`). A resumed run needs the same model again.
 
   Ctrl-C (SIGINT) and SIGTERM stop training at a safe point (never inside a
   checkpoint write or a metrics line): the run goes back to its newest checkpoint,
@@ -181,8 +365,12 @@ def run(cfg: RunConfig, progress: bool = True, data=None) -> RunResult:
     FedJaxDpError: invalid configuration; `DatasetNotAvailableError` when the data
       is missing (its message says how to get it).
   """
+  trackers = writers_lib.WriterGroup()  # filled by _run; closed even if the run fails
   with GracefulInterrupts() as interrupts:
-    return _run(cfg, progress, data, interrupts)
+    try:
+      return _run(cfg, progress, data, interrupts, model, trackers)
+    finally:
+      trackers.close()
 
 
 def _resumed(cfg: RunConfig):
@@ -226,17 +414,20 @@ def _rounds_dependent(before: Dict[str, Any], after: Dict[str, Any]) -> List[str
   return sorted(k for k in set(a) | set(b) if k != "rounds" and a.get(k) != b.get(k))
 
 
-def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
-         ) -> RunResult:
-  """`run` with its signal handlers installed (``interrupts``)."""
+def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts,
+         model=None, trackers: Optional[writers_lib.WriterGroup] = None) -> RunResult:
+  """`run` with its signal handlers installed (``interrupts``); the experiment trackers
+  of ``cfg.logger`` go into ``trackers`` (the caller closes them)."""
   cfg.validate()
   t_start = time.perf_counter()
   checkpointer, saved, extend_to = None, None, None
   if cfg.resume:
     cfg, checkpointer, saved, extend_to = _resumed(cfg)
   cfg = with_default_noise_multiplier(cfg)
+  writers_lib.check_installed(cfg.logger)  # before loading data or compiling
+  trackers = writers_lib.WriterGroup() if trackers is None else trackers
   plugin = cfg.plugin
-  setup = make_setup(cfg, data)
+  setup = make_setup(cfg, data, model)
   data = setup.data
   saved_z = saved.get("noise_multiplier_hparam") if saved is not None else None
   alg, z = build(setup, saved_z)
@@ -318,10 +509,18 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
     if saved is None:
       checkpointer = RunCheckpointer(os.path.join(out, "checkpoints"))
   if out and primary:
+    plots.plot_partition(data, os.path.join(out, "partition.png"))
+    # Trackers (--logger). On resume they get the checkpoint's rounds again, and
+    # TensorBoard hides its earlier session's events (purge_step 1): one point a round.
+    trackers.writers.extend(writers_lib.make_writers(
+        cfg.logger, out, cfg.to_dict(), os.path.basename(os.path.normpath(out)),
+        purge_step=1 if saved is not None else None))
+    trackers.write_hparams(cfg.to_dict())
     # Rewritten from the checkpoint on resume: rounds after it were lost with the run.
     metrics_file = open(os.path.join(out, "metrics.jsonl"), "w")
     for rec in saved_records:
       metrics_file.write(json.dumps(published(rec)) + "\n")
+      trackers.write_scalars(rec["round"], published(rec))
     metrics_file.flush()
   bar = None
   if progress and primary:
@@ -353,6 +552,7 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
       if metrics_file is not None:
         metrics_file.write(json.dumps(published(rec)) + "\n")
         metrics_file.flush()
+    trackers.write_scalars(rec["round"], published(rec))  # primary only (else no writers)
     last["wall"] = r["wall_time_s"]
     if "test_accuracy" in r:
       last["test_accuracy"] = r["test_accuracy"]
@@ -434,9 +634,9 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts
   if out and primary:
     outputs.write_atomic(os.path.join(out, "summary.json"),
                          json.dumps(outputs.json_safe(summary), indent=2))
-    outputs.plot_curves(records, os.path.join(out, "curves.png"),
-                        f"{alg.name} on {summary['dataset']}: eps={summary['epsilon']:.2f},"
-                        f" delta={cfg.delta:g}")
+    plots.plot_run([published(r) for r in written], outputs.json_safe(summary),
+                   os.path.join(out, "curves.png"))
+    trackers.write_summary(summary)
   return RunResult(state, records, summary, ledger)
 
 
@@ -481,6 +681,8 @@ def _summary(cfg, setup, alg, z, ledger, records, written, final, labels, planne
       "epsilon_pld_note": ("" if eps_pld is not None else "dp-accounting's PLD has no "
                            "event for sampling without replacement; RDP is reported"),
       "delta": cfg.delta,
+      "delta_meaning": delta_meaning(delta_bound(spec, setup), cfg.delta),
+      "accounting_warnings": accounting_warnings(ledger, spec, cfg.delta),
       **run_privacy.privacy_summary(ledger, spec, cfg.accountant, cfg.delta),
       "accountant": cfg.accountant,
       "privacy_unit": spec.unit if spec else "none (non-private)",
@@ -498,6 +700,7 @@ def _summary(cfg, setup, alg, z, ledger, records, written, final, labels, planne
       "wall_time_s": wall,
       "time_per_round_s": (records[-1]["wall_time_s"] / len(records)) if records else None,
       "steady_time_per_round_s": outputs.steady_time_per_round(records),
+      "wall_time_note": wall_time_note(records),
       "metrics_dp_only": cfg.dp_metrics_only,
       "metrics_disclosure": disclosure.table(
           set().union(*(r.keys() for r in written)) if written else (), labels),

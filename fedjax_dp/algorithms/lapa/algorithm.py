@@ -42,7 +42,6 @@ a priori (`plugin`'s summary reports that filter bound beside the realised ledge
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, NamedTuple
 
 import jax

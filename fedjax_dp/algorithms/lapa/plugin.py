@@ -39,7 +39,7 @@ class LapaOptions:
   """practical (decoded channel noise on every upload, eqs. 4-6) or ideal (none)"""
   ser_threshold: Optional[float] = None
   """schedule only devices whose symbol error rate is <= this (eq. 22 as an SER
-  threshold; default: every device)"""
+  threshold) (default: every device)"""
   powers: str = "max"
   """transmit powers: max (P_max), half (P_max / 2), a comma list of watts, a JSON file
   holding a list of watts, or ddpg:PILOT/metrics.jsonl (DDPG on Theorem 1's bound with

