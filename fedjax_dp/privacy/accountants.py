@@ -154,8 +154,7 @@ def deduplicate_rdp_convergence_warnings(
 
   Args:
     logger: where the summary goes instead, through its ``warning`` method (the
-      caller chooses the level, e.g. `fedjax_dp.algorithms.rdp_pfl.paper_accounting`
-      logs it at DEBUG); default: ``"fedjax_dp.privacy.accountants"`` at DEBUG.
+      caller chooses the level, e.g. a paper's own accounting logs it at DEBUG); default: ``"fedjax_dp.privacy.accountants"`` at DEBUG.
 
   Yields:
     None.

@@ -321,6 +321,19 @@ def flag_aliases(options_cls: type) -> Dict[str, str]:
   return out
 
 
+def flag_value(argv: List[str], flag: str) -> Optional[str]:
+  """The value of the last ``flag`` in a command line ``argv`` (``--flag V`` or
+  ``--flag=V``), or None when it is not there (read before tyro parses the line: the
+  config file and the algorithm decide which flags exist)."""
+  value = None
+  for i, tok in enumerate(argv):
+    if tok == flag and i + 1 < len(argv):
+      value = argv[i + 1]
+    elif tok.startswith(flag + "="):
+      value = tok.split("=", 1)[1]
+  return value
+
+
 def parse_hidden(text: str) -> tuple:
   """``"32"`` or ``"200,200"`` -> (32,) / (200, 200).
 

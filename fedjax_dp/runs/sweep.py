@@ -1119,14 +1119,9 @@ def _pull(argv: List[str], flag: str) -> Tuple[Optional[str], List[str]]:
 
 
 def _flag_value(argv: List[str], flag: str) -> Optional[str]:
-  """The value of the last ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``)."""
-  value = None
-  for i, tok in enumerate(argv):
-    if tok == flag and i + 1 < len(argv):
-      value = argv[i + 1]
-    elif tok.startswith(flag + "="):
-      value = tok.split("=", 1)[1]
-  return value
+  """The value of the last ``flag`` in ``argv`` (`fedjax_dp.runs.config.flag_value`)."""
+  from fedjax_dp.runs.config import flag_value
+  return flag_value(argv, flag)
 
 
 def _flag_names(cls: type) -> Dict[str, str]:
