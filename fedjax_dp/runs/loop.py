@@ -449,15 +449,7 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts,
     alg = longer
 
   spec = alg.privacy
-  ledger, accounting = None, {}
-  if spec is not None:
-    if not spec.supports(cfg.accountant):
-      raise FedJaxDpError(
-          f"accountant must be 'rdp' for this run, got {cfg.accountant!r}: dp-accounting's "
-          "PLD has no event for a fixed-size cohort smaller than the population (sampling "
-          "without replacement).", option="accountant")
-    ledger = spec.make_ledger(cfg.delta)
-    accounting = run_privacy.accounting_fields(spec, cfg.delta)
+  ledger, accounting = run_privacy.run_ledger(spec, cfg.accountant, cfg.delta)
   planned = cfg.rounds
   guarded = (spec is not None and z is not None and cfg.target_epsilon is not None
              and getattr(cfg.options, plugin.noise_multiplier_option) is not None)

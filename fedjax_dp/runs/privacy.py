@@ -193,3 +193,29 @@ def privacy_summary(ledger, spec, accountant: str, delta: float) -> Dict[str, An
     out["per_client_epsilon_rdp"] = (eps_clients.tolist()
                                      if np.unique(eps_clients).size > 1 else None)
   return out
+
+
+def run_ledger(spec, accountant: str, delta: float):
+  """The ledger of one run and the accounting fields every metrics record carries.
+
+  Args:
+    spec: the algorithm's `PrivacySpec`, or None for a non-private run.
+    accountant: ``"rdp"`` or ``"pld"`` (the run's reported epsilon).
+    delta: the run's delta.
+
+  Returns:
+    ``(ledger, accounting)``: ``spec.make_ledger(delta)`` and `accounting_fields`, or
+    ``(None, {})`` without ``spec``.
+
+  Raises:
+    FedJaxDpError: ``accountant`` is "pld" for a mechanism dp-accounting's PLD has no
+      event for (sampling without replacement), option ``accountant``.
+  """
+  if spec is None:
+    return None, {}
+  if not spec.supports(accountant):
+    raise FedJaxDpError(
+        f"accountant must be 'rdp' for this run, got {accountant!r}: dp-accounting's PLD "
+        "has no event for a fixed-size cohort smaller than the population (sampling "
+        "without replacement).", option="accountant")
+  return spec.make_ledger(delta), accounting_fields(spec, delta)
