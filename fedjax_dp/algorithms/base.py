@@ -127,7 +127,17 @@ class PrivacySpec:
       `fedjax_dp.privacy.device_ledger.DeviceLedger`). It must follow
       PerClientLedger's protocol (``record_many``, ``epsilons``, ``worst_client``,
       ``worst_epsilon``, ``worst_ledger``, ``to_dict`` and a ``from_dict``
-      classmethod). None: PerClientLedger.
+      classmethod). None: PerClientLedger. Without ``per_client``, it makes the run's
+      single ledger instead of a `PrivacyLedger`, for a mechanism whose rounds do not
+      compose as independent events (correlated noise across rounds: DP-FTRL's tree,
+      banded matrix factorisation); it must follow PrivacyLedger's protocol as the run
+      uses it (``record_many(zs, qs, steps) -> epsilons``, ``epsilon``,
+      ``truncation_probability``, ``delta_total``, ``accounting_warnings``, ``to_dict``)
+      and then ``run_event`` must be given too.
+    run_event: ``run_event(z, rounds) -> DpEvent``: the event of ``rounds`` rounds at
+      noise-multiplier hyper-parameter ``z`` (calibration to a target epsilon inverts
+      it), for a mechanism whose run is not ``rounds`` independent `round_event` events;
+      None: ``SelfComposedDpEvent(round_event(z), rounds)``.
 
   Raises:
     FedJaxDpError: on construction: an unknown unit, a relation that does not fit the
@@ -150,12 +160,15 @@ class PrivacySpec:
   clipped: str = ""
   releases: Optional[Tuple[Release, ...]] = None
   ledger_factory: Optional[Callable[[float], Any]] = None
+  run_event: Optional[Callable[[float, int], Any]] = None
 
   def __post_init__(self):
     check_choice("unit", self.unit, ("user-level", "record-level"))
-    if self.ledger_factory is not None and not self.per_client:
-      raise FedJaxDpError("ledger_factory makes a per-client ledger: it needs "
-                          "per_client=True.", option="ledger_factory")
+    if (self.ledger_factory is not None and not self.per_client
+        and self.run_event is None):
+      raise FedJaxDpError("a ledger_factory without per_client makes the run's ledger of "
+                          "a mechanism whose rounds are not independent events: give "
+                          "run_event too (calibration inverts it).", option="ledger_factory")
     events.neighboring_relation(self.sampler, None, self.relation)  # the pairing
     if self.releases is not None:
       self._check_releases()
@@ -218,9 +231,9 @@ class PrivacySpec:
       return MultiReleaseLedger(self.release_names, delta,
                                 truncations={r.name: r.truncation for r in self.releases},
                                 **kwargs)
+    if self.ledger_factory is not None:
+      return self.ledger_factory(delta)
     if self.per_client:
-      if self.ledger_factory is not None:
-        return self.ledger_factory(delta)
       from fedjax_dp.privacy.per_client import PerClientLedger
       return PerClientLedger(self.num_clients, delta, **self.ledger_kwargs())
     return PrivacyLedger(delta, **self.ledger_kwargs())
@@ -240,6 +253,14 @@ class PrivacySpec:
     return events.make_dp_event(
         noise_multiplier * self.event_scale, self.sampling_rate, self.steps, self.sampler,
         self.population_size, self.cohort_size)
+
+  def events_of_run(self, noise_multiplier: float, rounds: int) -> dp_accounting.DpEvent:
+    """The `DpEvent` of ``rounds`` rounds at noise-multiplier hyper-parameter
+    ``noise_multiplier``: ``run_event``'s when given, else ``rounds`` self-composed
+    `round_event` events."""
+    if self.run_event is not None:
+      return self.run_event(noise_multiplier, rounds)
+    return dp_accounting.SelfComposedDpEvent(self.round_event(noise_multiplier), rounds)
 
   def supports(self, accountant: str) -> bool:
     """Whether ``accountant`` can account for this mechanism's events."""

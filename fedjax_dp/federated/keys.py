@@ -18,6 +18,7 @@ NOISE = 2
 LOCAL_NOISE = 3
 EVAL = 4
 SERVER = 5
+CLIP_COUNT = 6
 
 
 def round_key(root: jax.Array, round_index) -> jax.Array:

@@ -46,7 +46,7 @@ from fedjax_dp.federated import aggregation, chunking, keys as keylib, server, s
 from fedjax_dp.federated.client import ClientHParams
 from fedjax_dp.federated.population import (  # PopulationData: re-exported here
     PooledPopulation, PopulationData, gather_clients)
-from fedjax_dp.privacy import clipping, noise, sensitivity
+from fedjax_dp.privacy import adaptive_clipping, clipping, noise, sensitivity
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
 PyTree = Any
@@ -180,6 +180,25 @@ class RoundConfig:
       picks it from the parameter count, the data size and free memory
       (`fedjax_dp.federated.chunking.auto_chunk_size`). Results do not depend on it
       beyond float summation order.
+    adaptive_clip: a `fedjax_dp.privacy.adaptive_clipping.AdaptiveClipping`, or None
+      (the clip norm is ``hp.clip_norm``). With it the round clips to the clip norm in
+      ``state.mechanism["clip"]``, releases the noisy count of unclipped updates beside
+      the noisy sum and moves the clip norm toward the target quantile (Andrew et al.
+      2021). ``hp.noise_multiplier`` is then the *combined* release's z (in
+      hyper-parameter units, like ``z`` without it): the update sum gets
+      ``z_Delta = (z_ev^-2 - z_b^-2)^-1/2`` (`adaptive_clipping.update_noise_multiplier`)
+      and the round reports z_ev, the combined event's noise multiplier. Needs
+      ``clip_updates`` and ``noise="central"``.
+    central_noise: a correlated noise generator for the central noise, or None
+      (independent Gaussian noise every round). A generator has
+      ``init(params) -> state`` and ``sample(state, key, like, stddev) -> (noise,
+      state)``: ``noise`` has ``like``'s structure (float32 leaves) and is the round's
+      share of a correlated Gaussian whose underlying i.i.d. draws have standard
+      deviation ``stddev`` (e.g. DP-FTRL's tree aggregation, banded matrix
+      factorisation: `fedjax_dp.algorithms.dp_ftrl`); its state rides in
+      ``state.mechanism["noise"]``. The round still reports ``noise_stddev =
+      stddev`` and ``z = stddev / sensitivity``; what that z means over the run is the
+      generator's algorithm's ledger's business. Needs ``noise="central"``.
   """
   clip_updates: bool = True
   noise: str = "central"
@@ -191,8 +210,18 @@ class RoundConfig:
   dp_steps: int = 1
   chunk_size: Optional[int] = None
   noise_distribution: str = "gaussian"
+  adaptive_clip: Optional[adaptive_clipping.AdaptiveClipping] = None
+  central_noise: Any = None
 
   def __post_init__(self):
+    if self.adaptive_clip is not None and not (self.clip_updates and self.noise == "central"
+                                               and not self.record_level):
+      raise FedJaxDpError("adaptive clipping (RoundConfig.adaptive_clip) needs "
+                          "clip_updates=True and noise='central' at user level: its "
+                          "count release is accounted with the central sum's.")
+    if self.central_noise is not None and self.noise != "central":
+      raise FedJaxDpError("RoundConfig.central_noise (a correlated noise generator) needs "
+                          f"noise='central', got noise={self.noise!r}.")
     if self.chunk_size is not None:
       check_int("chunk_size", self.chunk_size, minimum=1)
     check_choice("noise", self.noise, NOISE_MODES)
@@ -245,6 +274,18 @@ def amplified(sampler, config: RoundConfig) -> bool:
   local noise under Poisson sampling (`round_relation`); record-level rounds report
   their record sampling instead."""
   return not (config.local_noise and sampler.kind == "poisson" and not config.record_level)
+
+
+def init_mechanism_state(config: RoundConfig, params) -> Any:
+  """``ServerState.mechanism`` before round 1 for a round built with ``config``: ``()``
+  when its clip norm and noise are memoryless, else a dict with ``"clip"``
+  (`adaptive_clipping.ClipState`) and/or ``"noise"`` (``central_noise.init(params)``)."""
+  out = {}
+  if config.adaptive_clip is not None:
+    out["clip"] = adaptive_clipping.init_clip_state(config.adaptive_clip)
+  if config.central_noise is not None:
+    out["noise"] = config.central_noise.init(params)
+  return out or ()
 
 
 class _Partial(NamedTuple):
@@ -351,7 +392,10 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     data = jax.tree_util.tree_map(jnp.asarray, data)
     rkey = keylib.round_key(root_key, state.round)
     q = jnp.asarray(hp.sampling_rate, jnp.float32)
-    cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q)
+    adaptive = config.adaptive_clip
+    if adaptive is not None:  # this round's clip norm is the one learned so far
+      hp = hp._replace(clip_norm=state.mechanism["clip"].clip_norm)
+    cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q, round_index=state.round)
     ids, mask = cohort.indices, cohort.mask
     counts = jnp.where(mask, data.counts[ids], 0)
 
@@ -393,7 +437,13 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       delta_s = jnp.asarray(hp.sensitivity, jnp.float32)
     else:
       delta_s = jnp.asarray(jnp.inf, jnp.float32)
-    if hp.noise_stddev is not None:
+    if adaptive is not None:
+      # Andrew et al. 2021, Sec. 3.1: z (combined event) -> z_Delta for the update sum.
+      z_combined = z * clip_norm / delta_s
+      z_count = adaptive.count_stddev / adaptive_clipping.count_sensitivity(relation)
+      z_sum = adaptive_clipping.update_noise_multiplier(z_combined, z_count)
+      std_all = z_sum * delta_s
+    elif hp.noise_stddev is not None:
       std_all = jnp.broadcast_to(jnp.asarray(hp.noise_stddev, jnp.float32), z.shape)
     else:
       std_all = z * clip_norm
@@ -439,8 +489,23 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           out_specs=(P(), P()), check_vma=False)(state.params, data, hp, rkey, *slots)
 
     total = part.total
-    if config.noise == "central":
+    mechanism = state.mechanism
+    if config.noise == "central" and config.central_noise is not None:
+      corr, noise_state = config.central_noise.sample(
+          mechanism["noise"], keylib.stream(rkey, keylib.NOISE), total, std)
+      total = jax.tree_util.tree_map(jnp.add, total, corr)
+      mechanism = {**mechanism, "noise": noise_state}
+    elif config.noise == "central":
       total = noise.add_gaussian_noise(keylib.stream(rkey, keylib.NOISE), total, std)
+    extras = None
+    if adaptive is not None:  # the count release and the next clip norm (Alg. 1)
+      n_in = jnp.sum(mask.astype(jnp.float32))
+      fraction = adaptive_clipping.noisy_unclipped_fraction(
+          keylib.stream(rkey, keylib.CLIP_COUNT), n_in - part.clipped, n_in, adaptive)
+      mechanism = {**mechanism, "clip": adaptive_clipping.ClipState(
+          adaptive_clipping.next_clip_norm(clip_norm, fraction, adaptive))}
+      extras = {"adaptive_clip_norm": clip_norm, "unclipped_fraction_dp": fraction,
+                "update_noise_multiplier": z_sum, "count_noise_multiplier": z_count}
     server_std = jnp.zeros(())
     if config.noise == "local_and_central":
       if hp.server_noise_stddev is None:
@@ -457,6 +522,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     new_state = server.server_update(
         state, delta, server_optimizer,
         1.0 if hp.server_learning_rate is None else hp.server_learning_rate)
+    new_state = new_state._replace(mechanism=mechanism)
 
     n_part = jnp.sum(mask.astype(jnp.float32))
     safe = jnp.maximum(n_part, 1.0)
@@ -466,6 +532,8 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
     else:
       delta_event, std_event = jnp.asarray(delta_s, jnp.float32), std
     z_event = jnp.where(std_event > 0, std_event / delta_event, 0.0)
+    if adaptive is not None:  # the combined release (sum and count) is what is accounted
+      z_event = jnp.where(z_combined > 0, z_combined, 0.0)
     metrics = RoundMetrics(
         round=state.round,
         train_loss=part.loss / safe,
@@ -488,6 +556,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
         server_noise_stddev=server_std,
         sensitivity=delta_event,
         client_noise_multipliers=client_z,
+        extras=extras,
     )
     return new_state, metrics
 

@@ -310,7 +310,10 @@ class PoissonSampler:
   def expected_cohort_size(self) -> float:
     return self.population_size * self.sampling_rate
 
-  def sample(self, key, sampling_rate=None) -> Cohort:
+  def sample(self, key, sampling_rate=None, round_index=None) -> Cohort:
+    """``round_index`` (the 0-based round, int32, may be traced) is unused: every
+    round draws from the whole population."""
+    del round_index
     q = self.sampling_rate if sampling_rate is None else sampling_rate
     return poisson_sample(key, self.population_size, q, self.k_max)
 
@@ -343,7 +346,7 @@ class FixedSizeSampler:
   def expected_cohort_size(self) -> float:
     return float(self.cohort_size)
 
-  def sample(self, key, sampling_rate=None) -> Cohort:
-    del sampling_rate  # fixed by the static cohort size
+  def sample(self, key, sampling_rate=None, round_index=None) -> Cohort:
+    del sampling_rate, round_index  # fixed by the static cohort size; memoryless
     return fixed_size_sample(key, self.population_size, self.cohort_size)
 

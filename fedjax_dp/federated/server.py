@@ -22,10 +22,20 @@ SERVER_OPTIMIZERS = ("fedavg", "fedavgm", "fedadam", "fedyogi")
 
 
 class ServerState(NamedTuple):
-  """Global model parameters, server optimiser state and the round counter (int32)."""
+  """Global model parameters, server optimiser state, the round counter (int32) and
+  the state of the round's privacy mechanism.
+
+  ``mechanism`` is ``()`` for a round whose clip norm and noise are memoryless; a dict
+  otherwise, with ``"clip"`` (the adaptive clip norm's state,
+  `fedjax_dp.privacy.adaptive_clipping.ClipState`) and/or ``"noise"`` (a correlated
+  noise generator's state, `fedjax_dp.federated.round.RoundConfig.central_noise`),
+  made by `fedjax_dp.federated.round.init_mechanism_state`. It is carried through
+  ``lax.scan`` and checkpoints like the parameters.
+  """
   params: PyTree
   opt_state: PyTree
   round: jax.Array
+  mechanism: PyTree = ()
 
 
 def server_optimizer(name: str = "fedavg", learning_rate: float = 1.0,
@@ -49,9 +59,10 @@ def server_optimizer(name: str = "fedavg", learning_rate: float = 1.0,
   return optax.yogi(lr, b1=b1, b2=b2, eps=tau)
 
 
-def init_server_state(params: PyTree, optimizer: optax.GradientTransformation) -> ServerState:
-  """Round 0 server state."""
-  return ServerState(params, optimizer.init(params), jnp.zeros((), jnp.int32))
+def init_server_state(params: PyTree, optimizer: optax.GradientTransformation,
+                      mechanism: PyTree = ()) -> ServerState:
+  """Round 0 server state (``mechanism``: see `ServerState`)."""
+  return ServerState(params, optimizer.init(params), jnp.zeros((), jnp.int32), mechanism)
 
 
 def server_update(state: ServerState, delta: PyTree,
@@ -73,4 +84,5 @@ def server_update(state: ServerState, delta: PyTree,
   updates, opt_state = optimizer.update(pseudo_grad, state.opt_state, state.params)
   lr = jnp.asarray(learning_rate, jnp.float32)
   updates = jax.tree_util.tree_map(lambda u: (u * lr).astype(u.dtype), updates)
-  return ServerState(optax.apply_updates(state.params, updates), opt_state, state.round + 1)
+  return state._replace(params=optax.apply_updates(state.params, updates),
+                        opt_state=opt_state, round=state.round + 1)

@@ -62,9 +62,8 @@ def calibrate_noise_multiplier(spec, rounds: int, target_epsilon: float, delta: 
                         "client_noise_multipliers (each client has its own); give the "
                         "noise multipliers, and target_epsilon only as a budget guard.",
                         option="target_epsilon")
-  return calibration.calibrate(
-      lambda z: dp_accounting.SelfComposedDpEvent(spec.round_event(z), rounds),
-      target_epsilon, delta, accountant)
+  return calibration.calibrate(lambda z: spec.events_of_run(z, rounds), target_epsilon,
+                               delta, accountant)
 
 
 def budget_rounds(spec, z, rounds: int, target_epsilon: float, delta: float) -> int:
