@@ -1,0 +1,24 @@
+"""DP-FTRL (Kairouz, McMahan, Song, Thakkar, Thakurta, Xu, ICML 2021, arXiv 2103.00039)
+and banded matrix factorisation (Choquette-Choo, Ganesh, McKenna, McMahan, Rush,
+Thakurta, Xu, NeurIPS 2023, arXiv 2306.08153): correlated noise across rounds.
+
+Modules: `participation` (`CyclicSampler`: each client in the rounds of its group, drawn
+from a public seed; Poisson within the group), `noise` (`TreeNoise`, `BandedNoise`:
+generators for `fedjax_dp.federated.round.RoundConfig.central_noise`, state in the
+server state), `accounting` (`tree_run_event`, `banded_run_event`,
+`CorrelatedNoiseLedger`), `algorithm` (the federated algorithm), `plugin`
+(``fedjax-dp run --algorithm dp_ftrl``).
+"""
+
+from fedjax_dp.algorithms.dp_ftrl.accounting import (CorrelatedNoiseLedger,
+                                                     banded_run_event,
+                                                     banded_sensitivity_squared,
+                                                     tree_aggregation_event,
+                                                     tree_run_event,
+                                                     tree_sensitivity_squared)
+from fedjax_dp.algorithms.dp_ftrl.noise import BandedNoise, TreeNoise
+from fedjax_dp.algorithms.dp_ftrl.participation import CyclicSampler
+
+__all__ = ["CyclicSampler", "TreeNoise", "BandedNoise", "tree_run_event",
+           "tree_aggregation_event", "tree_sensitivity_squared", "banded_run_event",
+           "banded_sensitivity_squared", "CorrelatedNoiseLedger"]

@@ -1,0 +1,553 @@
+"""Accounting for correlated noise across rounds: the run's DpEvent and its ledger.
+
+The rounds of DP-FTRL's tree and of banded matrix factorisation are not independent
+releases (round t's noise is correlated with earlier rounds'), so the run is one event,
+built here from the mechanism's own sensitivity under the participation schedule of
+`fedjax_dp.algorithms.dp_ftrl.participation.CyclicSampler`. Relation: add/remove one user
+(all of its data); ``z = sigma / S``, sigma the std of the i.i.d. draws and S the clip
+norm of one client's update (the L2 sensitivity of one round's sum). Every event is one
+dp_accounting composes under ``ADD_OR_REMOVE_ONE`` with either accountant, so that
+calibration (`fedjax_dp.runs.privacy.calibrate_noise_multiplier`) can invert it.
+
+Tree (`tree_run_event`): valid when each client is in at most one round of each tree,
+i.e. ``cycle_length >= restart_every`` (trees are blocks of ``restart_every``
+consecutive rounds and a client's rounds are ``cycle_length`` apart). One tree of T
+leaves releases all its completed dyadic node sums plus i.i.d. N(0, sigma^2) noise; a
+client in one leaf changes at most ``L(T) = floor(log2 T) + 1`` of them, each by its
+update, so one tree is a Gaussian mechanism with sensitivity ``sqrt(L(T)) S`` (Kairouz
+et al., ICML 2021, arXiv 2103.00039, Sec. 4 and Appendix D; dp_accounting's
+``SingleEpochTreeAggregationDpEvent``, whose RDP is ``alpha L(T) / (2 z^2)``, exactly
+that Gaussian's). Trees use independent noise and a client can be in every tree, so the
+run composes the trees: a Gaussian with ``sens^2 = k L(T) + L(rest)`` for k full trees
+and a partial last tree of ``rest`` rounds, i.e. ``GaussianDpEvent(z / sqrt(sens^2))``.
+No amplification by the Poisson draws within a group is claimed.
+
+Banded MF (`banded_run_event`): the release is ``C x + sigma z`` for the stacked round
+sums x (C n x n, truncated to the rounds run).
+
+* ``group_rate == 1`` (every group member in each of its rounds; or no amplification
+  theorem applies): ``GaussianDpEvent(z / sqrt(sens^2))`` with
+  ``sens^2 = max_g sum_{t, t' in P_g} |(C^T C)[t, t']|`` over the rounds ``P_g`` of group g
+  (`banded_sensitivity_squared`). This bounds ``max ||C u||^2`` over a client's
+  contributions u (norm <= 1 in each of its rounds) for any C (Choquette-Choo et al.,
+  NeurIPS 2023, arXiv 2306.08153, Eq. (5)); it is exact when the entries of C^T C over
+  P_g are >= 0 (all C here: non-negative coefficients), and when ``cycle_length >=
+  bands`` a client's columns do not overlap, so it is the sum of their squared norms,
+  ``<= ceil(rounds / R)`` (the b-min-sep sensitivity of a b-banded C, ibid. Sec. 4).
+  Adaptively chosen inputs keep this guarantee for lower-triangular C (Denisov, McMahan,
+  Rush, Smith, Thakurta, NeurIPS 2022, arXiv 2202.08312).
+* ``group_rate < 1`` with ``cycle_length >= bands``: amplified banded MF (ibid., Thm. 4
+  with Algorithm 2's cyclic Poisson sampling over R groups; a b-banded C is R-banded for
+  R >= b, and its columns have norm <= 1): the same privacy as DP-SGD with sampling
+  probability ``group_rate`` run for ``ceil(rounds / R)`` steps,
+  ``jax_privacy.experimental.accounting.amplified_bandmf_event(z, rounds,
+  num_bands=R, sampling_prob=group_rate)``.
+
+Both need the schedule to hold: a client takes part only in its group's rounds, its
+group drawn independently of the data and of other clients (`CyclicSampler`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Dict, List, Optional
+
+import dp_accounting
+from dp_accounting.rdp import rdp_privacy_accountant
+import numpy as np
+from jax_privacy.experimental import accounting as jp_accounting
+
+from fedjax_dp.algorithms.dp_ftrl.noise import BandedNoise, tree_levels
+from fedjax_dp.algorithms.dp_ftrl.participation import CyclicSampler
+from fedjax_dp.privacy.accountants import (ACCOUNTANTS,
+                                           DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
+                                           _check_orders, _check_pld_interval,
+                                           _make_accountant, _rdp_of, _rdp_uncached,
+                                           deduplicate_rdp_convergence_warnings,
+                                           excluded_orders_note)
+from fedjax_dp.privacy.ledger import _as_vector
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_int,
+                                  check_non_negative)
+
+NeighborRel = dp_accounting.NeighboringRelation
+
+_LEDGER_FORMAT = "fedjax_dp.CorrelatedNoiseLedger"
+_LEDGER_VERSION = 1
+
+
+# ---------------------------------------------------------------------------
+# Events.
+# ---------------------------------------------------------------------------
+
+def tree_sensitivity_squared(rounds: int, restart_every: int) -> int:
+  """``k L(T) + L(rest)``: squared sensitivity (in units of S^2) of ``rounds`` rounds of
+  trees of ``T = restart_every`` leaves, ``k = rounds // T``, ``rest = rounds % T``,
+  ``L(m) = floor(log2 m) + 1`` (0 for m = 0), for a client in at most one round per tree.
+
+  Raises:
+    FedJaxDpError: invalid arguments.
+  """
+  r = check_int("rounds", rounds, minimum=0)
+  t = check_int("restart_every", restart_every, minimum=1)
+  full, rest = divmod(r, t)
+  return full * tree_levels(t) + (tree_levels(rest) if rest else 0)
+
+
+def tree_aggregation_event(noise_multiplier: float, rounds: int,
+                           restart_every: int) -> dp_accounting.DpEvent:
+  """dp_accounting's own form of the restarted tree for a client in at most one round
+  per tree: ``SelfComposedDpEvent(SingleEpochTreeAggregationDpEvent(z, T), k)`` then
+  ``SingleEpochTreeAggregationDpEvent(z, rest)`` (dp_accounting's ``step_counts`` list
+  is for a record in at most one round across *all* its trees, Kairouz et al. 2021,
+  Appendix D, which cyclic participation does not give). Its RDP needs
+  ``REPLACE_SPECIAL`` and dp_accounting has no PLD for it; `tree_run_event` is the same
+  privacy as a plain Gaussian (equal RDP at every order).
+
+  Raises:
+    FedJaxDpError: invalid arguments.
+  """
+  z = check_non_negative("noise_multiplier", noise_multiplier)
+  r = check_int("rounds", rounds, minimum=0)
+  t = check_int("restart_every", restart_every, minimum=1)
+  full, rest = divmod(r, t)
+  parts: List[dp_accounting.DpEvent] = []
+  if full:
+    parts.append(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SingleEpochTreeAggregationDpEvent(z, t), full))
+  if rest:
+    parts.append(dp_accounting.SingleEpochTreeAggregationDpEvent(z, rest))
+  if not parts:
+    return dp_accounting.NoOpDpEvent()
+  return parts[0] if len(parts) == 1 else dp_accounting.ComposedDpEvent(parts)
+
+
+def tree_run_event(noise_multiplier: float, rounds: int, restart_every: int,
+                   cycle_length: Optional[int] = None) -> dp_accounting.DpEvent:
+  """The event of ``rounds`` rounds of `TreeNoise(restart_every)` at noise multiplier z:
+  ``GaussianDpEvent(z / sqrt(tree_sensitivity_squared(rounds, restart_every)))``
+  (module docstring; RDP equal at every order to `tree_aggregation_event`'s, so
+  ``GaussianDpEvent(z / sqrt(L k))`` for k full trees of L levels).
+
+  Args:
+    noise_multiplier: z >= 0 (node noise std / S).
+    rounds: rounds run, int >= 0 (0: ``NoOpDpEvent``).
+    restart_every: T >= 1, rounds per tree.
+    cycle_length: R of the `CyclicSampler`, if given: checked to be >= T (each client
+      in at most one round per tree, which the event needs).
+
+  Raises:
+    FedJaxDpError: invalid arguments, or ``cycle_length < restart_every``.
+  """
+  z = check_non_negative("noise_multiplier", noise_multiplier)
+  t = check_int("restart_every", restart_every, minimum=1)
+  if cycle_length is not None:
+    r_cyc = check_int("cycle_length", cycle_length, minimum=1)
+    if r_cyc < t:
+      raise FedJaxDpError(
+          f"restart_every must be <= cycle_length={r_cyc} for the tree's accounting (each "
+          f"client in at most one round of each tree), got {t}.", option="restart_every")
+  sens2 = tree_sensitivity_squared(rounds, t)
+  if sens2 == 0:
+    return dp_accounting.NoOpDpEvent()
+  return dp_accounting.GaussianDpEvent(z / math.sqrt(sens2))
+
+
+def banded_sensitivity_squared(noise: BandedNoise, sampler: CyclicSampler,
+                               rounds: int) -> float:
+  """``max_g sum_{t, t' in P_g} |(C_r^T C_r)[t, t']|`` for ``C_r = C[:r, :r]``
+  (r = ``rounds``) and ``P_g = {t < r : t mod R == g}``: the squared L2 sensitivity (in
+  units of S^2) of ``C_r x`` when a client contributes at most S in each round of its
+  group (Choquette-Choo et al. 2023, Eq. (5); exact when those Gram entries are >= 0;
+  with ``R >= bands`` it is ``max_g sum_{t in P_g} ||C_r[:, t]||^2``). Computed from the
+  band form in O(r b) (float64).
+
+  Raises:
+    FedJaxDpError: ``rounds`` outside [0, noise.rounds].
+  """
+  r = check_int("rounds", rounds, minimum=0, maximum=noise.rounds)
+  if r == 0:
+    return 0.0
+  band = noise.bands_matrix(r)  # [r, b]: C_r[t + d, t]
+  b = band.shape[1]
+  cyc = sampler.cycle_length
+  total = np.zeros(cyc, np.float64)
+  for e in range(0, b, cyc):  # lags between two rounds of one group that overlap
+    if e >= r:
+      break
+    # (C^T C)[t, t + e] = sum_d C[t + d, t] C[t + d, t + e] = sum_{d >= e} B[t, d] B[t + e, d - e]
+    g = np.sum(band[:r - e, e:] * band[e:, :b - e], axis=1)
+    weight = 1.0 if e == 0 else 2.0
+    total += weight * np.bincount(np.arange(r - e) % cyc, weights=np.abs(g), minlength=cyc)
+  return float(total.max())
+
+
+def banded_run_event(noise_multiplier: float, rounds: int, noise: BandedNoise,
+                     sampler: CyclicSampler) -> dp_accounting.DpEvent:
+  """The event of ``rounds`` rounds of ``noise`` under ``sampler`` (module docstring).
+
+  * ``sampler.group_rate < 1`` and ``sampler.cycle_length >= noise.bands``: amplified
+    banded MF, ``amplified_bandmf_event(z, rounds, num_bands=R,
+    sampling_prob=group_rate)`` = ``ceil(rounds / R)`` self-composed
+    ``PoissonSampledDpEvent(group_rate, GaussianDpEvent(z))`` (Choquette-Choo et al.
+    2023, Thm. 4);
+  * otherwise ``GaussianDpEvent(z / sqrt(banded_sensitivity_squared(...)))`` (no
+    amplification claimed: with ``group_rate < 1`` and ``R < bands`` this is the bound
+    for every realisation of the draws, hence for their mixture).
+
+  Args:
+    noise_multiplier: z >= 0 (std of the i.i.d. draws / S).
+    rounds: rounds run, int in [0, noise.rounds] (0: ``NoOpDpEvent``).
+    noise: the run's `BandedNoise`.
+    sampler: the run's `CyclicSampler`.
+
+  Raises:
+    FedJaxDpError: invalid arguments, or more rounds than C has.
+  """
+  z = check_non_negative("noise_multiplier", noise_multiplier)
+  if not isinstance(noise, BandedNoise):
+    raise FedJaxDpError(f"noise must be a BandedNoise, got {type(noise).__name__}.",
+                        option="noise")
+  if not isinstance(sampler, CyclicSampler):
+    raise FedJaxDpError(f"sampler must be a CyclicSampler, got {type(sampler).__name__}.",
+                        option="sampler")
+  r = check_int("rounds", rounds, minimum=0)
+  if r > noise.rounds:
+    raise FedJaxDpError(f"rounds must be <= {noise.rounds}, the size of the banded strategy "
+                        f"C, got {r}: a longer run needs a larger C.", option="rounds")
+  if r == 0:
+    return dp_accounting.NoOpDpEvent()
+  if sampler.group_rate < 1.0 and sampler.cycle_length >= noise.bands:
+    return jp_accounting.amplified_bandmf_event(
+        z, r, num_bands=sampler.cycle_length, sampling_prob=sampler.group_rate)
+  sens2 = banded_sensitivity_squared(noise, sampler, r)
+  return dp_accounting.GaussianDpEvent(z / math.sqrt(sens2))
+
+
+# ---------------------------------------------------------------------------
+# Composing such events.
+# ---------------------------------------------------------------------------
+
+def _relation_of(event: dp_accounting.DpEvent) -> NeighborRel:
+  # dp_accounting's RDP accepts the tree only under REPLACE_SPECIAL ("zero-out": the same
+  # arithmetic as add/remove for Gaussians); everything else here is add/remove.
+  if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):
+    return NeighborRel.REPLACE_SPECIAL
+  return NeighborRel.ADD_OR_REMOVE_ONE
+
+
+def event_rdp(event: dp_accounting.DpEvent, orders) -> np.ndarray:
+  """RDP (float64 ``[len(orders)]``) of ``event``, composed structurally: ``SelfComposed``
+  multiplies, ``Composed`` adds (Mironov 2017, Prop. 1), each base event's vector from a
+  fresh `RdpAccountant` (cached process-wide), the tree under ``REPLACE_SPECIAL``."""
+  orders = tuple(orders)
+  if isinstance(event, dp_accounting.NoOpDpEvent):
+    return np.zeros(len(orders))
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return event.count * event_rdp(event.event, orders)
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return sum((event_rdp(e, orders) for e in event.events), np.zeros(len(orders)))
+  relation = _relation_of(event)
+  try:
+    vec, _ = _rdp_of(event, orders, relation)
+  except TypeError:  # unhashable (a list of step counts)
+    vec, _ = _rdp_uncached(event, orders, relation)
+  return np.asarray(vec, np.float64)
+
+
+def gaussian_equivalent(event: dp_accounting.DpEvent) -> dp_accounting.DpEvent:
+  """``event`` with every ``SingleEpochTreeAggregationDpEvent(z, steps)`` replaced by the
+  Gaussian with the same privacy, ``GaussianDpEvent(z / sqrt(L))``,
+  ``L = ceil(log2(max(steps) + 1))`` (dp_accounting's depth; one tree, or several with a
+  record in at most one of them): what PLD needs (dp_accounting has no tree PLD)."""
+  if isinstance(event, dp_accounting.SingleEpochTreeAggregationDpEvent):
+    steps = event.step_counts
+    depth = tree_levels(int(max(steps) if isinstance(steps, (list, tuple)) else steps))
+    return dp_accounting.GaussianDpEvent(event.noise_multiplier / math.sqrt(depth))
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return dp_accounting.SelfComposedDpEvent(gaussian_equivalent(event.event), event.count)
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return dp_accounting.ComposedDpEvent([gaussian_equivalent(e) for e in event.events])
+  return event
+
+
+def event_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = "rdp",
+                  orders=None, pld_value_discretization_interval: float =
+                  DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL) -> float:
+  """Epsilon of a run event of this module (or dp_accounting's tree form) at ``delta``.
+
+  RDP: `event_rdp` converted by dp_accounting's ``compute_epsilon``. PLD: a
+  ``PLDAccountant`` (add/remove) composing `gaussian_equivalent` (exact for the tree);
+  its grid coarsened to ``epsilon_rdp * 1e-6`` nats above epsilon 100 (pessimistic).
+
+  Raises:
+    FedJaxDpError: invalid delta or accountant.
+  """
+  delta = check_delta(delta)
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  orders = _check_orders(orders)
+  interval = _check_pld_interval(pld_value_discretization_interval)
+  with deduplicate_rdp_convergence_warnings():
+    rdp = event_rdp(event, orders)
+  eps_rdp, _ = rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)
+  if accountant == "rdp" or isinstance(event, dp_accounting.NoOpDpEvent):
+    return float(eps_rdp)
+  if math.isfinite(eps_rdp):
+    interval = max(interval, eps_rdp * 1e-6)
+  acc = _make_accountant("pld", NeighborRel.ADD_OR_REMOVE_ONE, None, interval)
+  with deduplicate_rdp_convergence_warnings():
+    return float(acc.compose(gaussian_equivalent(event)).get_epsilon(delta))
+
+
+# ---------------------------------------------------------------------------
+# The ledger.
+# ---------------------------------------------------------------------------
+
+class CorrelatedNoiseLedger:
+  """The run's ledger for a mechanism whose rounds are not independent events
+  (`PrivacySpec` ``ledger_factory`` without ``per_client``, with ``run_event``).
+
+  It records how many rounds ran at which (constant) noise multiplier and accounts for
+  them as one event, ``run_event(z, num_rounds)`` (e.g. `tree_run_event`,
+  `banded_run_event` with the run's generator and sampler bound). The correlated
+  analysis is for one z for the whole run and one release per round: `record_many`
+  refuses noise multipliers or sampling rates that change, and ``dp_steps != 1``.
+  Nothing is truncated (`CyclicSampler` cannot overflow), so ``delta_total == delta``.
+
+  Protocol (as `fedjax_dp.privacy.ledger.PrivacyLedger`'s, where the run loop, driver
+  and `fedjax_dp.runs.privacy` use it): `record_many`, `record`, `num_rounds`,
+  `dp_event`, `epsilon`, `epsilon_history`, `supports`, `truncation_probability`,
+  `delta_total`, `accounting_warnings`, `to_dict` / `from_dict`.
+  """
+
+  def __init__(self, delta: float, run_event: Callable[[float, int], Any],
+               description: str = "", orders=None,
+               pld_value_discretization_interval: float =
+               DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL):
+    """Creates an empty ledger.
+
+    Args:
+      delta: default target delta in (0, 1).
+      run_event: ``run_event(z, rounds) -> DpEvent`` of the whole run so far.
+      description: what the mechanism is (kept in `to_dict`, shown in `repr`).
+      orders: RDP orders (default `DEFAULT_RDP_ORDERS`).
+      pld_value_discretization_interval: PLD grid step in nats (> 0).
+
+    Raises:
+      FedJaxDpError: invalid arguments.
+    """
+    if not callable(run_event):
+      raise FedJaxDpError(f"run_event must be callable (z, rounds) -> DpEvent, got "
+                          f"{type(run_event).__name__}.", option="run_event")
+    self._delta = check_delta(delta)
+    self._run_event = run_event
+    self._description = str(description)
+    self._orders = _check_orders(orders)
+    self._pld_interval = _check_pld_interval(pld_value_discretization_interval)
+    self._z: Optional[float] = None
+    self._q: Optional[float] = None
+    self._num_rounds = 0
+    self._history: Dict[float, List[float]] = {}
+    self._pld: Dict[tuple, float] = {}
+
+  # -- properties ------------------------------------------------------------
+
+  @property
+  def delta(self) -> float:
+    """The default target delta."""
+    return self._delta
+
+  @property
+  def orders(self):
+    """The RDP orders."""
+    return self._orders
+
+  @property
+  def description(self) -> str:
+    return self._description
+
+  @property
+  def num_rounds(self) -> int:
+    """Rounds recorded so far."""
+    return self._num_rounds
+
+  @property
+  def noise_multiplier(self) -> Optional[float]:
+    """The run's z (None before the first round)."""
+    return self._z
+
+  def dp_event(self) -> dp_accounting.DpEvent:
+    """``run_event(z, num_rounds)`` (``NoOpDpEvent`` before the first round)."""
+    if self._num_rounds == 0:
+      return dp_accounting.NoOpDpEvent()
+    return self._run_event(self._z, self._num_rounds)
+
+  def supports(self, accountant: str) -> bool:
+    """Both accountants are available (`event_epsilon`)."""
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    return True
+
+  # -- recording -------------------------------------------------------------
+
+  def record_many(self, noise_multipliers: Any, sampling_rates: Any,
+                  dp_steps: Any = 1) -> np.ndarray:
+    """Records one round per entry and returns the RDP epsilon after each.
+
+    Args:
+      noise_multipliers: 1-D [L] of the run's z (all equal, and equal to the rounds
+        recorded before; float32 from the device is converted exactly).
+      sampling_rates: 1-D [L] or scalar, all equal (the sampler's marginal rate; the
+        event itself comes from ``run_event``).
+      dp_steps: 1-D [L] or scalar, all 1.
+
+    Returns:
+      float64 [L]: RDP epsilon at the ledger's delta after each recorded round,
+      non-decreasing, the last equal to ``epsilon()``.
+
+    Raises:
+      FedJaxDpError: shapes, values out of range, a z or rate that differs between
+        rounds, ``dp_steps != 1``. Nothing is recorded on error.
+    """
+    z = _as_vector("noise_multipliers", noise_multipliers, None, np.float64)
+    n = z.shape[0]
+    q = _as_vector("sampling_rates", sampling_rates, n, np.float64)
+    steps = _as_vector("dp_steps", dp_steps, n, np.float64)
+    if n == 0:
+      return np.zeros(0, np.float64)
+    if not (np.isfinite(z).all() and (z >= 0).all()):
+      i = int(np.argmin(np.isfinite(z) & (z >= 0)))
+      raise FedJaxDpError(f"noise_multipliers[{i}] must be finite and >= 0, got {z[i]!r}.",
+                          option="noise_multiplier")
+    if not (np.isfinite(q).all() and (q > 0).all() and (q <= 1).all()):
+      i = int(np.argmin(np.isfinite(q) & (q > 0) & (q <= 1)))
+      raise FedJaxDpError(f"sampling_rates[{i}] must be in (0, 1], got {q[i]!r}.",
+                          option="sampling_rate")
+    if not (steps == 1).all():
+      i = int(np.argmin(steps == 1))
+      raise FedJaxDpError(f"dp_steps[{i}] must be 1 (one release per round of the "
+                          f"correlated mechanism), got {steps[i]!r}.", option="dp_steps")
+    z0 = float(z[0]) if self._z is None else self._z
+    q0 = float(q[0]) if self._q is None else self._q
+    if (z != z0).any():
+      i = int(np.argmax(z != z0))
+      raise FedJaxDpError(
+          f"noise_multipliers[{i}] = {z[i]!r} differs from the run's noise multiplier "
+          f"{z0!r}: the correlated-noise analysis ({self._description or 'this ledger'}) "
+          "is for one noise multiplier for the whole run.", option="noise_multiplier")
+    if (q != q0).any():
+      i = int(np.argmax(q != q0))
+      raise FedJaxDpError(
+          f"sampling_rates[{i}] = {q[i]!r} differs from the run's sampling rate {q0!r}: "
+          "the participation schedule is fixed for the run.", option="sampling_rate")
+    # Validate the event of the longest run before recording anything.
+    self._run_event(z0, self._num_rounds + n)
+    start = self._num_rounds
+    self._z, self._q = z0, q0
+    self._num_rounds += n
+    return self.epsilon_history(start=start)
+
+  def record(self, noise_multiplier: float, sampling_rate: float, dp_steps: int = 1,
+             count: int = 1) -> None:
+    """Records ``count`` identical rounds (`record_many`'s checks)."""
+    count = check_int("count", count, minimum=1)
+    self.record_many(np.full(count, float(noise_multiplier)),
+                     np.full(count, float(sampling_rate)), np.full(count, dp_steps))
+
+  # -- queries ---------------------------------------------------------------
+
+  def _rdp_after(self, rounds: int) -> np.ndarray:
+    if rounds == 0:
+      return np.zeros(len(self._orders))
+    with deduplicate_rdp_convergence_warnings():
+      return event_rdp(self._run_event(self._z, rounds), self._orders)
+
+  def rdp(self) -> np.ndarray:
+    """RDP of the recorded run at `orders` (float64)."""
+    return self._rdp_after(self._num_rounds)
+
+  def epsilon_history(self, delta: Optional[float] = None, start: int = 0) -> np.ndarray:
+    """RDP epsilon after each recorded round ``start .. num_rounds - 1`` (entry t: the
+    event of rounds ``0..t``, ``run_event(z, t + 1)``); cached per delta.
+
+    Raises:
+      FedJaxDpError: invalid ``delta`` or ``start``.
+    """
+    delta = self._delta if delta is None else check_delta(delta)
+    start = check_int("start", start, minimum=0, maximum=self._num_rounds)
+    hist = self._history.setdefault(delta, [])
+    for t in range(len(hist) + 1, self._num_rounds + 1):
+      eps, _ = rdp_privacy_accountant.compute_epsilon(self._orders, self._rdp_after(t),
+                                                      delta)
+      hist.append(float(eps))
+    return np.asarray(hist[start:self._num_rounds], np.float64)
+
+  def epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """Epsilon of the recorded run (0 before the first round; inf for z = 0).
+
+    ``"pld"``: `event_epsilon` (the tree's event through its exact Gaussian equivalent).
+
+    Raises:
+      FedJaxDpError: invalid ``delta`` / ``accountant``.
+    """
+    delta = self._delta if delta is None else check_delta(delta)
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    if self._num_rounds == 0:
+      return 0.0
+    if accountant == "rdp":
+      return float(self.epsilon_history(delta, start=self._num_rounds - 1)[-1])
+    key = (delta, self._num_rounds)
+    if key not in self._pld:
+      self._pld[key] = event_epsilon(self.dp_event(), delta, "pld", self._orders,
+                                     self._pld_interval)
+    return self._pld[key]
+
+  def truncation_probability(self) -> float:
+    """0: cyclic cohorts are never truncated."""
+    return 0.0
+
+  def delta_total(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """The delta of the guarantee: ``delta`` (nothing added)."""
+    del accountant
+    return self._delta if delta is None else check_delta(delta)
+
+  def accounting_warnings(self, delta: Optional[float] = None) -> List[str]:
+    """One plain sentence when RDP orders dp-accounting excluded could change the
+    epsilon (`fedjax_dp.privacy.accountants.excluded_orders_note`), else []."""
+    delta = self._delta if delta is None else check_delta(delta)
+    if self._num_rounds == 0:
+      return []
+    note = excluded_orders_note(self._orders, self.rdp(), delta)
+    return [note] if note else []
+
+  # -- serialisation ---------------------------------------------------------
+
+  def to_dict(self) -> Dict[str, Any]:
+    """JSON-serialisable state (the event is rebuilt from ``run_event``)."""
+    return {"format": _LEDGER_FORMAT, "version": _LEDGER_VERSION, "delta": self._delta,
+            "description": self._description, "orders": list(self._orders),
+            "pld_value_discretization_interval": self._pld_interval,
+            "noise_multiplier": self._z, "sampling_rate": self._q,
+            "num_rounds": self._num_rounds}
+
+  @classmethod
+  def from_dict(cls, state: Dict[str, Any], run_event: Callable[[float, int], Any]
+                ) -> "CorrelatedNoiseLedger":
+    """Inverse of `to_dict`, with the mechanism's ``run_event``.
+
+    Raises:
+      FedJaxDpError: not such a dict, or invalid values.
+    """
+    if (not isinstance(state, dict) or state.get("format") != _LEDGER_FORMAT
+        or state.get("version") != _LEDGER_VERSION):
+      raise FedJaxDpError(f"state must be a dict from CorrelatedNoiseLedger.to_dict() "
+                          f"(format {_LEDGER_FORMAT!r}, version {_LEDGER_VERSION}).",
+                          option="state")
+    ledger = cls(state["delta"], run_event, state.get("description", ""),
+                 state["orders"], state["pld_value_discretization_interval"])
+    if state["num_rounds"]:
+      ledger.record(state["noise_multiplier"], state["sampling_rate"], 1,
+                    state["num_rounds"])
+    return ledger
+
+  def __repr__(self) -> str:
+    return (f"CorrelatedNoiseLedger({self._description!r}, delta={self._delta!r}, "
+            f"rounds={self._num_rounds}, z={self._z!r})")
