@@ -322,3 +322,35 @@ def test_rdp_pfl_quick_main_rows_checks_and_markdown(tmp_path):
   md = bench_run.markdown({"timestamp": "t", "quick": True, "machine": rec["machine"],
                            "rdp_pfl": bad_rec})
   assert md.count(" WRONG |") == 2 and "second_order/first_order_vmap" not in md
+
+
+# --- benchmarks.mechanisms: the cost of issue 20's mechanisms -------------------------
+
+
+def test_mechanism_noise_costs_and_markdown():
+  from benchmarks import mechanisms
+  noise = mechanisms.noise_section((1000,), warm=1, timed=2)
+  (res,) = noise["results"]
+  rows = {r["generator"]: r for r in res["rows"]}
+  assert set(rows) == {"iid", "tree"} | {f"banded_b{b}" for b in mechanisms.BANDS}
+  levels = 7  # floor(log2(64)) + 1
+  assert rows["iid"]["state_floats"] == 0
+  assert rows["tree"]["state_floats"] == levels * 1000
+  for b in mechanisms.BANDS:  # jax-privacy's buffer: one P-vector per band
+    assert rows[f"banded_b{b}"]["state_floats"] == b * 1000
+  assert all(r["median_s"] > 0 and r["roofline_s"] > 0 for r in rows.values())
+  rec = {"rounds": {"workload": "mlp", "num_params": 10, "cohort_size": 2,
+                    "rows": [{"variant": "dp_fedavg", "median_round_s": 0.1,
+                              "ratio_to_dp_fedavg": 1.0, "state_floats": 0}]},
+         "noise": noise}
+  text = "\n".join(mechanisms.markdown(rec))
+  assert "| dp_fedavg | 0.1000 | 1.000 | 0 |" in text and "| 1,000 | tree |" in text
+
+
+def test_interleaved_timing_alternates_the_variants():
+  from benchmarks import mechanisms
+  calls = []
+  out = mechanisms.time_interleaved({"a": lambda: calls.append("a"),
+                                     "b": lambda: calls.append("b")}, warm=1, timed=3)
+  assert calls == ["a", "b"] + ["a", "b"] * 3
+  assert [len(v) for v in out.values()] == [3, 3]

@@ -10,6 +10,7 @@ from typing import Dict
 
 from fedjax_dp.algorithms.amplitude_varying.plugin import AmplitudeVarying
 from fedjax_dp.algorithms.dp_fedavg import DpFedAvg, DpFedAvgRecordLevel, DpFedSgd
+from fedjax_dp.algorithms.dp_ftrl.plugin import DpFtrl
 from fedjax_dp.algorithms.dp_mocha.plugin import DpMocha
 from fedjax_dp.algorithms.fedavg import FedAvg
 from fedjax_dp.algorithms.interface import FederatedAlgorithm
@@ -28,6 +29,7 @@ REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in (
     RdpPfl(),
     DpMocha(),
     Lapa(),
+    DpFtrl(),
 )}
 #: The algorithm of ``fedjax-dp run`` without ``--algorithm`` (the README's main job).
 DEFAULT = "dp_fedavg"

@@ -62,6 +62,10 @@ def _build(name, env, fedsgd_alg):
     from fedjax_dp.algorithms.lapa.allocators import AllocatorConfig
     return ALGORITHMS[name](model, fd, allocator=AllocatorConfig("uniform", 2000.0, 12),
                             batch_size=5, learning_rate=0.3, clip_norm=1.0)
+  if name == "dp_ftrl":  # DP-FTRL's tree, cyclic participation (half the clients a round)
+    return ALGORITHMS[name](model, fd, mechanism="tree", clip_norm=1.0, noise_multiplier=0.1,
+                            cycle_length=2, batch_size=5, client_learning_rate=0.3,
+                            server_optimizer="fedavg", rounds=12)
   if name == "fedavg":
     return fedavg(model, fd, clients_per_round=8, batch_size=5, client_learning_rate=0.3)
   raise AssertionError(f"no test configuration for the registered algorithm {name!r}: "
