@@ -126,6 +126,7 @@ PARAMS = {
     "dp_fedavg/fixed_size": dict(rounds=1, n=10, m=9, z=3.0),
     "dp_fedavg/fixed_size_everyone": dict(rounds=2, n=3, m=3, z=3.0),
     "dp_fedavg/local_per_client": dict(rounds=4, q=0.5, z=2.0),
+    "dp_fedavg/adaptive_clipping": dict(rounds=3, q=0.8, z=2.6, others=3, count_ratio=4.0),
     "dp_fedavg_record_level": dict(rounds=2, steps=1, z=2.2, record_rate=0.8),
     "amplitude_varying/paper": dict(epsilon=0.62, clients=1, k=1),
     "amplitude_varying/clipped_gradients": dict(epsilon=2.5, clients=1, k=1),
@@ -142,6 +143,8 @@ PARAMS = {
                              channel_ratio=1.25),
     "lapa/aggregate": dict(clipping="aggregate", rounds=2, epsilon_total=1.77,
                            channel_ratio=1.25),
+    "dp_ftrl/tree": dict(mechanism="tree", rounds=4, cycle=4, z=1.84),
+    "dp_ftrl/banded": dict(mechanism="banded", rounds=4, cycle=2, bands=2, z=1.5),
 }
 
 
@@ -208,6 +211,48 @@ def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: flo
   return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
                _schedule(hp, rounds), inclusion, claim, DELTA,
                description=f"dp_fedavg, {sampler} cohorts, {placement} noise")
+
+
+def _dp_fedavg_adaptive_setup(brk: str, rounds: int, z: float, q: float, others: int,
+                              count_ratio: float) -> Setup:
+  """DP-FedAvg with adaptive clipping (Andrew et al. 2021), Poisson cohorts, add/remove
+  the canary user: its update is 10 C_0 (always clipped to the round's C_t, its bit
+  "unclipped" 0), the others' are zero (never clipped). Each round releases the sum
+  (z_Delta) and the count (z_b = ``count_ratio * z``); the claim is the combined z's
+  (the ledger's, from the rounds' reported z), the audit sees the model, i.e. the sums,
+  scaled by the C_t the earlier counts chose. The public constants (the denominator
+  q W and the cohort size m of the count) are the "in" world's in both worlds.
+  ``noise-half``: both releases get half their noise (the combined z halved), the claim
+  is for the configured z."""
+  from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
+  model = _model()
+  params = model.init(jax.random.key(0))
+  client = stored_update_client(params)
+  u = _canary_vector(1.0)
+  data_out = population(np.zeros((others, _D * 3), np.float32))
+  rows_in = np.zeros((others + 1, _D * 3), np.float32)
+  rows_in[-1, :u.size] = u
+  data_in = population(rows_in)
+  factor = 0.5 if brk == "noise-half" else 1.0
+  adaptive = AdaptiveClipping(initial_clip_norm=1.0,
+                              count_stddev=factor * count_ratio * z * 0.5,  # Delta_b = 1/2
+                              expected_cohort_size=q * data_in.num_clients)
+
+  def build(data, **extra):
+    return dp_fedavg(model, data, noise_multiplier=z, sampling_rate=q,
+                     client_update=client, adaptive_clipping=adaptive, **extra)
+
+  alg_in = build(data_in)
+  alg_out = build(data_out, population_weight=float(data_in.num_clients))
+  hp = alg_in.hparams
+  claim = ledger_claim(lambda: alg_in.privacy.make_ledger(DELTA))
+  if brk == "noise-half":
+    hp = hp._replace(noise_multiplier=np.float32(z * factor))
+    claim = _planned_claim(alg_in.privacy, z, rounds)
+  state = alg_in.init(jax.random.key(1))
+  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+               _schedule(hp, rounds), q, claim, DELTA,
+               description="dp_fedavg, adaptive clipping, Poisson cohorts, central noise")
 
 
 def _min_over_sampled(metrics, q: float):
@@ -580,6 +625,93 @@ def _lapa_setup(brk: str, clipping: str, rounds: int, epsilon_total: float,
 
 
 # ---------------------------------------------------------------------------
+# DP-FTRL (tree aggregation, banded MF): correlated noise across rounds.
+# ---------------------------------------------------------------------------
+
+def _dp_ftrl_observer(round_fn: Callable, mechanism: str, matrix) -> Callable:
+  """DP-FTRL's shipped round as an audited round whose per-round "change" is a fixed
+  public transform of the released models, in which the correlated noise is
+  (nearly) independent across rounds, so that the audit's per-round scores
+  (`fedjax_dp.auditing.canary`, which treat rounds as independent) test the mechanism
+  the ledger accounts:
+
+  * tree: the change of round t is ``theta_{t+1} - theta_0``, the noisy prefix sum of
+    rounds 0..t divided by the public denominator (FedAvg server, learning rate 1, from a
+    zero model). At t + 1 = 1, 2, 4, ... these are the tree nodes [0, t + 1), which hold
+    every node a leaf-0 canary is in, each with its own independent noise: the
+    observation of the leaf's worst case (the other prefix sums add correlated copies);
+  * banded: the change of round t is ``y_t = sum_s C[t, s] Delta_s``: C times the
+    released round updates is ``(C x + sigma z) / denominator``, independent noise of
+    one standard deviation in every round, and the canary's signal is its columns of C.
+
+  The inner `ServerState` and the released updates so far ride in ``opt_state``.
+  """
+  from jax.flatten_util import ravel_pytree
+  c = None if matrix is None else jnp.asarray(matrix, jnp.float32)
+
+  def audited(state, data, hp, key):
+    inner, history = state.opt_state
+    new, metrics = round_fn(inner, data, hp, key)
+    before, _ = ravel_pytree(inner.params)
+    after, _ = ravel_pytree(new.params)
+    if mechanism == "tree":
+      obs = after                                     # theta_0 = 0: the prefix sum
+    else:
+      history = history.at[inner.round].set(after - before)
+      obs = c[inner.round] @ history                  # y_t = (C Delta)_t
+    params = {"observed": state.params["observed"] + obs}
+    return server.ServerState(params, (new, history), new.round), metrics
+
+  return audited
+
+
+def _dp_ftrl_setup(brk: str, mechanism: str, rounds: int, cycle: int, z: float,
+                   bands: int = 0) -> Setup:
+  """A population of ``cycle`` clients with zero updates, except the canary, whose update
+  is 10x the clip norm ("in") or zero ("out": under add/remove an absent client adds
+  nothing to the sum; the population, its groups and the public denominator are the
+  same in both worlds). The group seed puts the canary in group 0, so it takes part in
+  rounds 0, R, 2R, ... (cyclic participation, every member every cycle): tree with
+  ``rounds = R = restart_every`` (one tree, the canary its first leaf); banded over n =
+  ``rounds`` rounds with R >= b (the canary in ``rounds / R`` rounds, min-separation R).
+  The claim: the algorithm's own `CorrelatedNoiseLedger` on the reported noise
+  multipliers. The audited change of each round is `_dp_ftrl_observer`'s."""
+  from fedjax_dp.algorithms.dp_ftrl.algorithm import banded_noise, dp_ftrl
+  from fedjax_dp.algorithms.dp_ftrl.participation import assign_groups
+  model = _model()
+  params = model.init(jax.random.key(0))
+  clip = 1.0
+  u = _canary_vector(clip)
+  seed = next(s for s in range(1000) if assign_groups(cycle, cycle, s)[-1] == 0)
+  rows_in = np.zeros((cycle, _D * 3), np.float32)
+  rows_in[-1, :u.size] = u
+  counts_out = np.full(cycle, 1, np.int32)
+  counts_out[-1] = 0
+  data_in = population(rows_in)
+  data_out = population(rows_in, counts=counts_out)   # the canary's update is absent
+  extra = dict(bands=bands) if mechanism == "banded" else {}
+  alg = dp_ftrl(model, data_in, mechanism=mechanism, clip_norm=clip, noise_multiplier=z,
+                rounds=rounds, cycle_length=cycle, seed=seed, server_optimizer="fedavg",
+                server_learning_rate=1.0, client_update=stored_update_client(params),
+                **extra)
+  hp = alg.hparams
+  make_ledger = lambda: alg.privacy.make_ledger(DELTA)
+  claim = ledger_claim(make_ledger)
+  if brk == "noise-half":  # half the noise; the claim is for the configured noise
+    hp = hp._replace(noise_multiplier=z / 2)
+    claim = ledger_claim(make_ledger, transform=lambda m: _rescale(m, 2.0))
+  matrix = banded_noise(rounds, bands).matrix() if mechanism == "banded" else None
+  audited = _dp_ftrl_observer(alg.round_fn, mechanism, matrix)
+  inner = _zero_params(alg.init(jax.random.key(1)))
+  size = u.size
+  init = server.ServerState({"observed": jnp.zeros(size, jnp.float32)},
+                            (inner, jnp.zeros((rounds, size), jnp.float32)), inner.round)
+  return Setup(audited, audited, data_out, data_in, init, _schedule(hp, rounds), 1.0, claim,
+               DELTA, description=f"dp_ftrl ({mechanism}): one client of {cycle} (group 0 of "
+               f"cyclic participation, {rounds} rounds) added")
+
+
+# ---------------------------------------------------------------------------
 # The registry.
 # ---------------------------------------------------------------------------
 
@@ -610,6 +742,13 @@ def _targets() -> List[Target]:
               "the sampled clients (1b)"},
              lambda b: _dp_fedavg_setup(b, "poisson", "local",
                                         **PARAMS["dp_fedavg/local_per_client"])),
+      Target("dp_fedavg/adaptive_clipping", "dp_fedavg",
+             dpf.format(rel="add/remove", samp="Poisson cohorts, adaptive clip norm C_t "
+                        "(Andrew et al. 2021): the sum and the count of unclipped updates "
+                        "(sensitivity 1/2) as one Gaussian of the combined z",
+                        sens="C_t"),
+             dict(COMMON_BREAKS),
+             lambda b: _dp_fedavg_adaptive_setup(b, **PARAMS["dp_fedavg/adaptive_clipping"])),
       Target("dp_fedavg_record_level", "dp_fedavg_record_level",
              "record-level, add/remove one record, Poisson examples, sensitivity C_r",
              {**COMMON_BREAKS, "count-denominators": "steps divided by q n_k, empty "
@@ -667,6 +806,16 @@ def _targets() -> List[Target]:
              {**COMMON_BREAKS, "paper-sensitivity": "accounted with the paper's Delta_s = "
               "2C/|D_i| (eq. 18)"},
              lambda b: _lapa_setup(b, **PARAMS["lapa/aggregate"])),
+      Target("dp_ftrl/tree", "dp_ftrl",
+             "user-level, add/remove one client, cyclic participation (one tree of R = 4 "
+             "rounds, the canary its first leaf), tree aggregation: sensitivity sqrt(3) C "
+             "over the tree's nodes; observed through the prefix sums", dict(COMMON_BREAKS),
+             lambda b: _dp_ftrl_setup(b, **PARAMS["dp_ftrl/tree"])),
+      Target("dp_ftrl/banded", "dp_ftrl",
+             "user-level, add/remove one client, cyclic participation (R = 2, the canary in "
+             "rounds 0 and 2 of 4), banded MF with b = 2 bands: sensitivity sqrt(2) C (its "
+             "two unit columns of C); observed through C times the round updates",
+             dict(COMMON_BREAKS), lambda b: _dp_ftrl_setup(b, **PARAMS["dp_ftrl/banded"])),
   ]
 
 

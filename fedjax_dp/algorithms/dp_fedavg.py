@@ -23,6 +23,17 @@ Privacy (the round states it, `fedjax_dp.federated.round.round_relation`):
   replace-one for fixed-size cohorts; every client accounted with its own z_k in every
   round.
 
+Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning
+with Adaptive Clipping", NeurIPS 2021, arXiv:1905.03871, Algorithm 1 and Sec. 3.1;
+``adaptive_clipping=AdaptiveClipping(...)``, ``--clip-norm adaptive``): the clip norm
+C_t is server state; each round clips to C_t, releases the noisy sum (noise std
+z_Delta Delta(C_t)) and the noisy count of unclipped updates (noise std sigma_b,
+sensitivity Delta_b: 1/2 add/remove, 1 replace-one), and moves C_t geometrically toward
+the gamma-quantile of the update norms. The two releases are one Gaussian mechanism of
+noise multiplier z = (z_Delta^-2 + z_b^-2)^-1/2, z_b = sigma_b / Delta_b (Sec. 3.1): the
+noise-multiplier hyper-parameter is that combined z, each round reports it, and the
+events are exactly fixed-clip DP-FedAvg's (C_t is post-processing of earlier releases).
+
 Record level (Abadi et al., CCS 2016, run inside each client): each sampled client
 runs local DP-SGD (Poisson-sampled examples at rate q_r, per-example clipping to C_r,
 noise N(0, (z_r C_r)^2), divided by the public expected batch size b); the server
@@ -37,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 import numpy as np
 import optax
@@ -47,10 +58,12 @@ from fedjax_dp.algorithms.interface import FederatedAlgorithm
 from fedjax_dp.algorithms.options import FederatedOptions
 from fedjax_dp.federated import aggregation, server, sharding
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
-from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified, make_round,
-                                       round_relation)
+from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified,
+                                       init_mechanism_state, make_round, round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
-from fedjax_dp.privacy import events, sensitivity
+from fedjax_dp.privacy import adaptive_clipping as adaptive_lib
+from fedjax_dp.privacy import disclosure, events, sensitivity
+from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 
@@ -126,7 +139,123 @@ def _check_noise_multipliers(noise_multiplier, noise_placement: str, num_clients
   return z.astype(np.float32)
 
 
-def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 1.0,
+#: The privacy note of an adaptive-clipping run (summary.json's ``privacy_note``).
+ADAPTIVE_NOTE = (
+    "adaptive clipping (Andrew et al. 2021, Sec. 3.1): every round releases the noisy sum "
+    "of the updates clipped to the current clip norm C_t (noise multiplier z_Delta) and "
+    "the noisy count of unclipped updates (z_b = count stddev / count sensitivity); the "
+    "two are one Gaussian release with noise multiplier z = (z_Delta^-2 + z_b^-2)^-1/2, "
+    "the z each round reports and the ledger composes (the same events as fixed-clip "
+    "DP-FedAvg); C_t is post-processing of the earlier rounds' releases")
+
+#: The count's default noise is at least this many times the combined z (in count
+#: sensitivities), so that the count takes at most 1/9 of the combined release's
+#: 1/z^2 (z_Delta at most 6% above z).
+COUNT_NOISE_FLOOR = 3.0
+
+
+def default_count_stddev(expected_cohort_size: float, event_noise_multiplier: float,
+                         relation: str) -> float:
+  """sigma_b when ``--clipped-count-stddev`` is not given: the paper's ``m / 20``
+  (Andrew et al. 2021, Sec. 3.1: the noisy fraction then has standard deviation 0.05),
+  raised for small cohorts to ``3 z Delta_b`` (`COUNT_NOISE_FLOOR`) so that the
+  combined z can always be split (z_b = 3 z: z_Delta = z / sqrt(1 - 1/9), 6% above z).
+  Both terms are public (the expected cohort size m, the event's noise multiplier z,
+  the relation's count sensitivity Delta_b).
+
+  Args:
+    expected_cohort_size: m > 0.
+    event_noise_multiplier: z >= 0 of the combined release's event.
+    relation: ``"add_remove"`` or ``"replace_one"``
+      (`fedjax_dp.privacy.adaptive_clipping.count_sensitivity`).
+
+  Returns:
+    sigma_b > 0 (float, in counts).
+  """
+  return max(float(expected_cohort_size) / 20.0,
+             COUNT_NOISE_FLOOR * float(event_noise_multiplier)
+             * adaptive_lib.count_sensitivity(relation))
+
+
+def adaptive_config(adaptive: AdaptiveClipping) -> dict:
+  """The fields of an `AdaptiveClipping` under their option names (summary.json's
+  ``algorithm_config``)."""
+  return dict(target_quantile=adaptive.target_quantile,
+              clip_learning_rate=adaptive.learning_rate,
+              initial_clip_norm=adaptive.initial_clip_norm,
+              clipped_count_stddev=adaptive.count_stddev,
+              adaptive_expected_cohort_size=adaptive.expected_cohort_size,
+              clip_update_rule=adaptive.update_rule)
+
+
+def _check_adaptive(adaptive, clip_norm, noise_placement: str, noise_multiplier) -> None:
+  """The combinations adaptive clipping refuses (before anything is built)."""
+  if not isinstance(adaptive, AdaptiveClipping):
+    raise FedJaxDpError(f"adaptive_clipping must be a fedjax_dp.privacy.adaptive_clipping."
+                        f"AdaptiveClipping or None, got {type(adaptive).__name__}.",
+                        option="adaptive_clipping")
+  if clip_norm is not None:
+    raise FedJaxDpError(f"clip_norm={clip_norm!r} cannot be given with adaptive_clipping: "
+                        "the clip norm is learned (its start is "
+                        "AdaptiveClipping.initial_clip_norm).", option="clip_norm")
+  if noise_placement != "central":
+    raise FedJaxDpError(f"adaptive clipping needs noise_placement='central', got "
+                        f"{noise_placement!r}: its count of unclipped updates is one "
+                        "central release, accounted with the central sum's (Andrew et "
+                        "al. 2021, Sec. 3.1).", option="noise_placement")
+  if np.ndim(noise_multiplier) != 0:
+    raise FedJaxDpError("adaptive clipping takes one noise_multiplier (the combined "
+                        "release's), not one per client.", option="noise_multiplier")
+
+
+def check_adaptive_split(event_noise_multiplier: float, count_noise_multiplier: float
+                         ) -> float:
+  """Host check that the combined event z can be split into the update sum's
+  z_Delta and the count's z_b (`fedjax_dp.privacy.adaptive_clipping.check_noise_split`).
+
+  Returns:
+    z_Delta (float).
+
+  Raises:
+    FedJaxDpError: ``z >= z_b``, naming noise_multiplier and clipped_count_stddev.
+  """
+  try:
+    return adaptive_lib.check_noise_split(event_noise_multiplier, count_noise_multiplier)
+  except FedJaxDpError as e:
+    raise FedJaxDpError(f"noise_multiplier / clipped_count_stddev: {e}",
+                        option="noise_multiplier") from None
+
+
+def adaptive_clipping_for(data, noise_multiplier: float, *,
+                          sampling_rate: Optional[float] = None,
+                          clients_per_round: Optional[int] = None,
+                          sampler: str = "poisson", target_quantile: float = 0.5,
+                          learning_rate: float = 0.2, initial_clip_norm: float = 0.1,
+                          count_stddev: Optional[float] = None,
+                          update_rule: str = "geometric") -> AdaptiveClipping:
+  """The `AdaptiveClipping` of a `dp_fedavg` run on ``data`` with this cohort sampling:
+  the expected cohort size m from the sampler (``q N``, or the cohort size), and
+  ``count_stddev`` (None) from `default_count_stddev` at the combined event noise
+  multiplier (``noise_multiplier``, halved for fixed-size cohorts). Defaults are the
+  paper's (Andrew et al. 2021: gamma 0.5, eta_C 0.2, C_0 0.1, geometric).
+
+  Raises:
+    FedJaxDpError: a value out of range (naming the option).
+  """
+  samp = _sampler(data, sampler, sampling_rate, clients_per_round, None)
+  relation = "replace_one" if samp.kind == "fixed_size" else "add_remove"
+  if count_stddev is None:
+    z_event = check_non_negative("noise_multiplier", float(noise_multiplier)) / (
+        sensitivity.sum_sensitivity(1.0, relation))
+    count_stddev = default_count_stddev(samp.expected_cohort_size, z_event, relation)
+  return AdaptiveClipping(target_quantile=target_quantile, learning_rate=learning_rate,
+                          initial_clip_norm=initial_clip_norm, count_stddev=count_stddev,
+                          expected_cohort_size=samp.expected_cohort_size,
+                          update_rule=update_rule)
+
+
+def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
+              noise_multiplier: float = 1.0,
               sampling_rate: Optional[float] = None,
               clients_per_round: Optional[int] = None, sampler: str = "poisson",
               local_epochs: Optional[int] = 1, local_steps: Optional[int] = None,
@@ -136,7 +265,8 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
               data_size_cap: Optional[float] = None, k_max: Optional[int] = None,
               fedsgd: bool = False, noise_placement: str = "central",
               population_weight: Optional[float] = None, client_update=None,
-              chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
+              chunk_size: Optional[int] = None, mesh=None,
+              adaptive_clipping: Optional[AdaptiveClipping] = None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -144,7 +274,8 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
     data: a `fedjax_dp.data.FederatedData` or a
       `fedjax_dp.federated.PooledPopulation` (its shape fixes the static cohort layout;
       only ``num_clients``, ``max_examples`` and ``counts`` are read here).
-    clip_norm: S > 0, L2 bound on each client's update (same units as the parameters).
+    clip_norm: S > 0, L2 bound on each client's update (same units as the parameters);
+      default 1.0. Not with ``adaptive_clipping`` (the clip norm is then learned).
     noise_multiplier: z >= 0; central noise std ``z * S`` on the weighted sum. With
       ``noise_placement="local"`` each client adds std ``z * S`` to its own clipped
       update, and z may be a float ``[num_clients]`` vector (one per client, by
@@ -177,14 +308,36 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
       `fedjax_dp.federated.round.RoundConfig`).
     mesh: a `jax.sharding.Mesh` with a ``"clients"`` axis to shard the cohort over
       devices (`fedjax_dp.federated.sharding.client_mesh`), or None.
+    adaptive_clipping: a `fedjax_dp.privacy.adaptive_clipping.AdaptiveClipping`:
+      quantile-based adaptive clipping (Andrew et al. 2021; module docstring), or None
+      (the fixed ``clip_norm``). Its ``expected_cohort_size`` is the public denominator
+      m of the unclipped fraction (the sampler's expected cohort size, ``q N`` or the
+      cohort size; `adaptive_clipping_for` fills it, and the defaults) and its
+      ``count_stddev`` sigma_b the count's noise. ``noise_multiplier`` is then the
+      combined release's z (hyper-parameter units: the event's is ``z / 2`` for
+      fixed-size cohorts, as without it), which must lie below z_b = sigma_b / Delta_b;
+      the update sum gets ``z_Delta = (z^-2 - z_b^-2)^-1/2``. Central noise, one z for
+      all clients, user level only.
 
   Returns:
-    An `Algorithm`.
+    An `Algorithm`. With ``adaptive_clipping`` its initial state carries the clip norm
+    (``ServerState.mechanism["clip"]``) and its rounds report ``extras``:
+    ``adaptive_clip_norm`` (the round's C_t), ``unclipped_fraction_dp`` (the noisy
+    fraction b~_t), ``update_noise_multiplier`` (z_Delta) and
+    ``count_noise_multiplier`` (z_b).
 
   Raises:
-    FedJaxDpError: on invalid arguments (before anything is compiled).
+    FedJaxDpError: on invalid arguments (before anything is compiled); with
+      ``adaptive_clipping``: a ``clip_norm`` given too, local noise, per-client noise
+      multipliers, or a noise multiplier that cannot be split (``z >= z_b``, option
+      ``noise_multiplier``).
   """
-  clip_norm = check_positive("clip_norm", clip_norm)
+  adaptive = adaptive_clipping
+  if adaptive is not None:
+    _check_adaptive(adaptive, clip_norm, noise_placement, noise_multiplier)
+    clip_norm = float(adaptive.initial_clip_norm)  # the round reads C_t from its state
+  else:
+    clip_norm = check_positive("clip_norm", 1.0 if clip_norm is None else clip_norm)
   noise_multiplier = _check_noise_multipliers(noise_multiplier, noise_placement,
                                               data.num_clients)
   per_client = np.ndim(noise_multiplier) == 1
@@ -208,43 +361,59 @@ def dp_fedavg(model, data, *, clip_norm: float = 1.0, noise_multiplier: float = 
                                                              data_size_cap)
                          if population_weight is None else
                          check_positive("population_weight", population_weight)),
-      chunk_size=chunk_size)
+      chunk_size=chunk_size, adaptive_clip=adaptive)
   server_opt = _server_optimizer(server_optimizer, server_learning_rate)
   round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
   relation = round_relation(samp, config)
+  event_scale = clip_norm / sensitivity.sum_sensitivity(clip_norm, relation)
+  note = ("every client adds its own noise (local placement): accounted per client, "
+          "under zero-out for Poisson cohorts, where a client's participation is "
+          "visible (its noise comes with its update), so amplification by sampling is "
+          "not claimed" if noise_placement == "local" else "")
+  clipped = "each client's update (S)"
+  extra_config = {}
+  if adaptive is not None:
+    z_count = adaptive.count_stddev / adaptive_lib.count_sensitivity(relation)
+    check_adaptive_split(float(noise_multiplier) * event_scale, z_count)
+    clipped = (f"each client's update, clip norm adaptive (initial C0 = "
+               f"{adaptive.initial_clip_norm:g}, quantile gamma = "
+               f"{adaptive.target_quantile:g})")
+    note = ADAPTIVE_NOTE
+    extra_config = dict(clip_norm="adaptive", **adaptive_config(adaptive),
+                        count_noise_multiplier=z_count)
   privacy = PrivacySpec(
       "user-level", relation, samp.kind,
       sampling_rate=samp.sampling_rate if amplified(samp, config) else 1.0,
       population_size=samp.population_size if samp.kind == "fixed_size" else None,
       cohort_size=samp.k_max if samp.kind == "fixed_size" else None,
       truncation=_cohort_truncation(samp),
-      event_scale=clip_norm / sensitivity.sum_sensitivity(clip_norm, relation),
+      event_scale=event_scale,
       per_client=per_client, num_clients=data.num_clients if per_client else None,
-      clip_norm=clip_norm, clipped="each client's update (S)",
-      note=("every client adds its own noise (local placement): accounted per client, "
-            "under zero-out for Poisson cohorts, where a client's participation is "
-            "visible (its noise comes with its update), so amplification by sampling is "
-            "not claimed" if noise_placement == "local" else ""))
+      clip_norm=None if adaptive is not None else clip_norm, clipped=clipped, note=note)
+
+  def init(key):
+    params = model.init(key)
+    return sharding.replicate(server.init_server_state(
+        params, server_opt, init_mechanism_state(config, params)), mesh)
+
   return Algorithm(
-      name=name, round_fn=round_fn,
-      init=lambda key: sharding.replicate(
-          server.init_server_state(model.init(key), server_opt), mesh),
+      name=name, round_fn=round_fn, init=init,
       hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate),
       privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate,
-      config=dict(clip_norm=clip_norm, noise_multiplier=(
-                      noise_multiplier.tolist() if per_client else noise_multiplier),
-                  noise_placement=noise_placement,
-                  sampling_rate=samp.sampling_rate, sampler=samp.kind, k_max=samp.k_max,
-                  expected_cohort_size=samp.expected_cohort_size,
-                  local_epochs=local_epochs, local_steps=local_steps,
-                  batch_size=batch_size, client_optimizer=client_optimizer,
-                  client_learning_rate=client_learning_rate,
-                  server_optimizer=server_optimizer,
-                  server_learning_rate=server_learning_rate, weighting=weighting,
-                  data_size_cap=data_size_cap))
+      config={**dict(clip_norm=clip_norm, noise_multiplier=(
+                         noise_multiplier.tolist() if per_client else noise_multiplier),
+                     noise_placement=noise_placement,
+                     sampling_rate=samp.sampling_rate, sampler=samp.kind,
+                     k_max=samp.k_max, expected_cohort_size=samp.expected_cohort_size,
+                     local_epochs=local_epochs, local_steps=local_steps,
+                     batch_size=batch_size, client_optimizer=client_optimizer,
+                     client_learning_rate=client_learning_rate,
+                     server_optimizer=server_optimizer,
+                     server_learning_rate=server_learning_rate, weighting=weighting,
+                     data_size_cap=data_size_cap), **extra_config})
 
 
 def dp_fedsgd(model, data, **kwargs) -> Algorithm:
@@ -350,8 +519,10 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
 @dataclasses.dataclass
 class DpFedAvgOptions(FederatedOptions):
   """User-level DP: each client's update clipped to S, Gaussian noise z S."""
-  clip_norm: float = 0.5
-  """S: L2 bound of each client's update (parameter units)"""
+  clip_norm: Union[float, Literal["adaptive"]] = 0.5
+  """S: L2 bound of each client's update (parameter units), or adaptive: a clip norm
+  that tracks the --target-quantile of the update norms, estimated privately (Andrew et
+  al. 2021; the noise multiplier is then the combined release's)"""
   noise_multiplier: Optional[float] = None
   """z: noise std = z * S (default: 2.0; with --target-epsilon alone, z is calibrated so
   that --rounds rounds spend it)"""
@@ -362,6 +533,28 @@ class DpFedAvgOptions(FederatedOptions):
   """with --noise-placement local: a .npy, .json or text file with one noise multiplier
   per client; every client is accounted with its own and summary.json reports the worst
   client's epsilon"""
+  target_quantile: Optional[float] = None
+  """with --clip-norm adaptive: gamma in (0, 1), the fraction of client updates left
+  unclipped (default: 0.5, the median)"""
+  clip_learning_rate: Optional[float] = None
+  """with --clip-norm adaptive: eta_C > 0, the clip norm's learning rate (default: 0.2)"""
+  initial_clip_norm: Optional[float] = None
+  """with --clip-norm adaptive: C_0 > 0, the clip norm of the first round (default: 0.1)"""
+  clipped_count_stddev: Optional[float] = None
+  """with --clip-norm adaptive: sigma_b, the noise std on the count of unclipped updates
+  (default: expected cohort size / 20, the paper's, raised to 3 z_ev Delta_b where that
+  is larger so that the noise can be split)"""
+  clip_update_rule: Optional[Literal["geometric", "linear"]] = None
+  """with --clip-norm adaptive: how the clip norm moves (default: geometric, the
+  paper's)"""
+
+
+#: The options of adaptive clipping (`DpFedAvgOptions`), refused without
+#: ``--clip-norm adaptive``.
+ADAPTIVE_OPTIONS = ("target_quantile", "clip_learning_rate", "initial_clip_norm",
+                    "clipped_count_stddev", "clip_update_rule")
+ADAPTIVE_DEFAULTS = dict(target_quantile=0.5, clip_learning_rate=0.2,
+                         initial_clip_norm=0.1, clip_update_rule="geometric")
 
 
 def load_client_noise_multipliers(path: str, num_clients: int) -> np.ndarray:
@@ -401,10 +594,48 @@ class DpFedAvg(FederatedAlgorithm):
   default_noise_multiplier = 2.0
   function = staticmethod(dp_fedavg)
   fedsgd = False
+  metric_labels = {
+      "adaptive_clip_norm": (disclosure.DP, "the round's adaptive clip norm C_t: "
+                             "post-processing of the earlier rounds' noisy counts"),
+      "unclipped_fraction_dp": (disclosure.DP, "the noisy fraction of unclipped updates "
+                                "(the count release, covered by epsilon)"),
+      "update_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      "count_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+  }
 
   def validate(self, options, run) -> None:
-    options.validate_federated()
-    check_positive("clip_norm", options.clip_norm)
+    clip = options.clip_norm
+    adaptive = isinstance(clip, str)
+    if adaptive and clip != "adaptive":
+      raise FedJaxDpError(f"clip_norm must be a number > 0 or 'adaptive', got {clip!r}.",
+                          option="clip_norm")
+    # check_choices reads clip_norm's Literal["adaptive"] as its only choice: a number
+    # (the type's other member) is checked below instead.
+    dataclasses.replace(options, clip_norm="adaptive").validate_federated()
+    if adaptive:
+      if options.noise_placement != "central":
+        raise FedJaxDpError("clip_norm='adaptive' needs noise_placement='central' (the "
+                            "count of unclipped updates is one central release).",
+                            option="noise_placement")
+      if options.client_noise_multipliers is not None:
+        raise FedJaxDpError("client_noise_multipliers cannot be combined with "
+                            "clip_norm='adaptive' (one combined noise multiplier).",
+                            option="client_noise_multipliers")
+      a = {k: getattr(options, k) for k in ADAPTIVE_OPTIONS}
+      AdaptiveClipping(  # checks every range, naming the option
+          target_quantile=_or(a["target_quantile"], "target_quantile"),
+          learning_rate=_or(a["clip_learning_rate"], "clip_learning_rate"),
+          initial_clip_norm=_or(a["initial_clip_norm"], "initial_clip_norm"),
+          count_stddev=1.0 if a["clipped_count_stddev"] is None
+          else a["clipped_count_stddev"],
+          update_rule=_or(a["clip_update_rule"], "clip_update_rule"))
+    else:
+      check_positive("clip_norm", clip)
+      given = [k for k in ADAPTIVE_OPTIONS if getattr(options, k) is not None]
+      if given:
+        raise FedJaxDpError(f"{given[0]} is an option of adaptive clipping; give it with "
+                            f"clip_norm='adaptive' (--clip-norm adaptive), got clip_norm="
+                            f"{clip!r}.", option=given[0])
     if options.noise_multiplier is not None:
       check_non_negative("noise_multiplier", options.noise_multiplier)
     path = options.client_noise_multipliers
@@ -420,13 +651,86 @@ class DpFedAvg(FederatedAlgorithm):
 
   def build(self, setup) -> Algorithm:
     o = setup.options
+    kw = o.federated_kwargs(setup)
+    if o.clip_norm == "adaptive":
+      # Placeholder z 0 until the run sets it (`with_noise_multiplier` checks the split).
+      return dp_fedavg(setup.model, setup.data,
+                       noise_multiplier=0.0 if o.noise_multiplier is None
+                       else o.noise_multiplier, noise_placement=o.noise_placement,
+                       fedsgd=self.fedsgd, adaptive_clipping=self._adaptive(setup, kw),
+                       **kw)
     z = 1.0 if o.noise_multiplier is None else o.noise_multiplier  # set by the run
     if o.client_noise_multipliers is not None:
       z = load_client_noise_multipliers(o.client_noise_multipliers,
                                         setup.data.num_clients)
     return dp_fedavg(setup.model, setup.data, clip_norm=o.clip_norm, noise_multiplier=z,
-                     noise_placement=o.noise_placement, fedsgd=self.fedsgd,
-                     **o.federated_kwargs(setup))
+                     noise_placement=o.noise_placement, fedsgd=self.fedsgd, **kw)
+
+  def _adaptive(self, setup, kw) -> AdaptiveClipping:
+    """The run's `AdaptiveClipping` (`adaptive_clipping_for`). The default count noise
+    depends on the planned z: the option's, else (``--target-epsilon``) the z that
+    calibration will find, computed here from fixed-clip DP-FedAvg's events (the same
+    events: the accounting does not depend on the clip norm)."""
+    o, run = setup.options, setup.run
+    z = o.noise_multiplier
+    if z is None and o.clipped_count_stddev is None:
+      if run is not None and run.target_epsilon is not None:
+        from fedjax_dp.privacy import calibration
+        fixed = dp_fedavg(setup.model, setup.data, clip_norm=1.0, noise_multiplier=1.0,
+                          fedsgd=self.fedsgd, **kw).privacy
+        z = calibration.calibrate(lambda z_: fixed.events_of_run(z_, run.rounds),
+                                  run.target_epsilon, run.delta, run.accountant)
+      else:
+        z = self.default_noise_multiplier
+    return adaptive_clipping_for(
+        setup.data, 0.0 if z is None else z, sampling_rate=kw["sampling_rate"],
+        clients_per_round=kw["clients_per_round"], sampler=kw["sampler"],
+        target_quantile=_or(o.target_quantile, "target_quantile"),
+        learning_rate=_or(o.clip_learning_rate, "clip_learning_rate"),
+        initial_clip_norm=_or(o.initial_clip_norm, "initial_clip_norm"),
+        count_stddev=o.clipped_count_stddev,
+        update_rule=_or(o.clip_update_rule, "clip_update_rule"))
+
+  def with_noise_multiplier(self, alg: Algorithm, z) -> Algorithm:
+    """``RoundHParams.noise_multiplier`` set to ``z``; with adaptive clipping the
+    combined z is checked against the count's z_b first.
+
+    Raises:
+      FedJaxDpError: adaptive clipping and ``z * event_scale >= z_b`` (option
+        noise_multiplier).
+    """
+    if alg.config.get("clip_norm") == "adaptive":
+      check_adaptive_split(float(z) * alg.privacy.event_scale,
+                           alg.config["count_noise_multiplier"])
+    return super().with_noise_multiplier(alg, z)
+
+  def summary_fields(self, alg, setup, controller, records) -> dict:
+    """With adaptive clipping: the last round's clip norm (``final_clip_norm``) and
+    noisy unclipped fraction, and the two noise multipliers the combined z splits into.
+    """
+    if alg.config.get("clip_norm") != "adaptive" or not records:
+      return {}
+    last = records[-1]
+    return {"final_clip_norm": last.get("adaptive_clip_norm"),
+            "final_unclipped_fraction_dp": last.get("unclipped_fraction_dp"),
+            "update_noise_multiplier": last.get("update_noise_multiplier"),
+            "count_noise_multiplier": last.get("count_noise_multiplier")}
+
+  def describe(self, summary) -> list:
+    if summary.get("final_clip_norm") is None:
+      return []
+    cfg = summary.get("algorithm_config") or {}
+    return [f"adaptive clipping: clip norm {cfg.get('initial_clip_norm', float('nan')):g} "
+            f"-> {summary['final_clip_norm']:.4g} in the last round (target quantile "
+            f"{cfg.get('target_quantile', float('nan')):g}; noisy unclipped fraction "
+            f"{summary['final_unclipped_fraction_dp']:.3f}); the combined noise "
+            f"multiplier splits into {summary['update_noise_multiplier']:.4g} on the "
+            f"update sum and {summary['count_noise_multiplier']:.4g} on the count"]
+
+
+def _or(value, option: str):
+  """An adaptive-clipping option's value, or its default (`ADAPTIVE_DEFAULTS`)."""
+  return ADAPTIVE_DEFAULTS[option] if value is None else value
 
 
 class DpFedSgd(DpFedAvg):

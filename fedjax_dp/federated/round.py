@@ -439,7 +439,9 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
       delta_s = jnp.asarray(jnp.inf, jnp.float32)
     if adaptive is not None:
       # Andrew et al. 2021, Sec. 3.1: z (combined event) -> z_Delta for the update sum.
-      z_combined = z * clip_norm / delta_s
+      # z C / Delta without C (Delta is linear in C): the same float every round while C
+      # moves, so the ledger composes one run of identical events.
+      z_combined = z / sensitivity.sum_sensitivity(1.0, relation, w_max)
       z_count = adaptive.count_stddev / adaptive_clipping.count_sensitivity(relation)
       z_sum = adaptive_clipping.update_noise_multiplier(z_combined, z_count)
       std_all = z_sum * delta_s

@@ -365,8 +365,13 @@ def check_option_type(source: str, key: str, value: Any, hint: Any) -> Any:
   args = typing.get_args(hint)
   optional = type(None) in args
   base = next((a for a in args if a is not type(None)), hint) if args else hint
+  # A number or a word (``Union[float, Literal["adaptive"]]``): the words as they are.
+  words = tuple(w for a in args if a is not base and typing.get_origin(a) is typing.Literal
+                for w in typing.get_args(a))
   if typing.get_origin(base) is typing.Literal:
     base = type(typing.get_args(base)[0])
+  if words and isinstance(value, str) and value in words:
+    return value
   if value is None:
     ok = optional
   elif base is bool:
@@ -380,7 +385,8 @@ def check_option_type(source: str, key: str, value: Any, hint: Any) -> Any:
   else:
     ok = isinstance(value, base)
   if not ok:
-    allowed = base.__name__ + (" or null" if optional else "")
+    allowed = base.__name__ + "".join(f" or {w!r}" for w in words) + (
+        " or null" if optional else "")
     raise FedJaxDpError(f"{source}: option {key!r} must be {allowed}, got "
                         f"{type(value).__name__} {value!r}.", option=key)
   return float(value) if base is float and value is not None else value

@@ -154,11 +154,13 @@ def check_seeds(seeds: Sequence[int]) -> List[int]:
 
 
 def _numeric_type(hint) -> Optional[type]:
-  """``int`` or ``float`` for a field typed (Optional) int / float, else None (bools,
-  strings, choices)."""
+  """``int`` or ``float`` for a field typed (Optional) int / float, or a number or a
+  word (``Union[float, Literal["adaptive"]]``: its numbers are the axis), else None
+  (bools, strings, choices)."""
   if typing.get_origin(hint) is typing.Annotated:
     hint = typing.get_args(hint)[0]
-  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  args = [a for a in typing.get_args(hint) if a is not type(None)
+          and typing.get_origin(a) is not typing.Literal]
   if typing.get_origin(hint) is typing.Union and len(args) == 1:
     hint = args[0]
   return hint if hint in (int, float) else None

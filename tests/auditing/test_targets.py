@@ -94,3 +94,39 @@ def test_bad_audit_sizes():
     auditing.run(setup, repetitions=10)
   with pytest.raises(Exception, match="break"):
     audit_targets.TARGETS[0].build("bogus")
+
+
+def test_adaptive_clipping_claims_the_combined_release():
+  """Adaptive clipping's rounds report the combined z of the sum and the count (Andrew
+  et al. 2021, Sec. 3.1), so its claim is fixed-clip DP-FedAvg's at the same z, q and
+  rounds; the audit, which sees the sums (noise z_Delta > z), stays below it and proves
+  a good part of it."""
+  p_a = audit_targets.PARAMS["dp_fedavg/adaptive_clipping"]
+  p_f = audit_targets.PARAMS["dp_fedavg/poisson"]
+  assert all(p_a[k] == p_f[k] for k in ("rounds", "q", "z", "others"))
+  adaptive = _report("dp_fedavg/adaptive_clipping", "none")
+  fixed = _report("dp_fedavg/poisson", "none")
+  assert adaptive.claimed_epsilon == pytest.approx(fixed.claimed_epsilon, rel=1e-5)
+  setup = next(t for t in audit_targets.TARGETS
+               if t.name == "dp_fedavg/adaptive_clipping").build()
+  assert float(setup.init.mechanism["clip"].clip_norm) == 1.0  # C_0 rides in the state
+
+
+@pytest.mark.parametrize("name,sens2", [("dp_ftrl/tree", 3), ("dp_ftrl/banded", 2)])
+def test_dp_ftrl_claim_is_one_gaussian_of_the_run_sensitivity(name, sens2):
+  """DP-FTRL's targets (`_dp_ftrl_setup`): one tree of R = 4 rounds, the canary its first
+  leaf, in floor(log2 4) + 1 = 3 tree nodes; banded with b = 2 and R = 2 over 4 rounds,
+  the canary in two rounds whose unit columns of C do not overlap. Either claim is one
+  Gaussian release of z / sqrt(sens2) (PLD, recomputed here with dp_accounting alone),
+  and the audit, observing the prefix sums / C times the round updates, proves a good
+  part of it (the half-noise break is caught in the parametrised test above)."""
+  import dp_accounting
+  from dp_accounting import pld as dp_pld
+  z = audit_targets.PARAMS[name]["z"]
+  rep = _report(name, "none")
+  expected = dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                  1e-4).compose(dp_accounting.GaussianDpEvent(
+                                      z / np.sqrt(sens2))).get_epsilon(audit_targets.DELTA)
+  assert rep.claimed_epsilon == pytest.approx(expected, rel=1e-6)
+  assert rep.rounds == 4
+  assert 0.5 * rep.claimed_epsilon < rep.lower_bound.epsilon_lower_bound < rep.claimed_epsilon
