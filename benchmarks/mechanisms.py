@@ -56,23 +56,15 @@ def build_rounds(w, rounds: int):
   parameter count)``."""
   import jax
   import jax.numpy as jnp
-  from fedjax_dp.data.federated_data import from_client_lists
   from fedjax_dp.federated import PopulationData, server
   from fedjax_dp.federated.client import ClientHParams, make_client_update
   from fedjax_dp.federated.round import (RoundConfig, RoundHParams, init_mechanism_state,
                                          make_round)
   from fedjax_dp.federated.sampling import FixedSizeSampler
-  from fedjax_dp.models import create_model
   from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
   import optax
 
-  xs, ys = zip(*(workloads.synthetic_client_data(w, k) for k in range(w["num_clients"])))
-  fd = from_client_lists(f"synthetic_{w['name']}", list(xs), list(ys),
-                         num_classes=w["num_classes"])
-  if w["name"] == "mlp":
-    model = create_model("mlp", w["feature_shape"], w["num_classes"], hidden=w["hidden"])
-  else:
-    model = create_model("cnn", w["feature_shape"], w["num_classes"])
+  fd, model = workloads.federated_data_and_model(w)
   client = make_client_update(model, optax.sgd(1.0), batch_size=w["batch_size"],
                               max_examples=fd.max_examples, local_epochs=w["local_epochs"])
   samp = FixedSizeSampler.create(fd.num_clients, w["cohort_size"])

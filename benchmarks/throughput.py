@@ -27,17 +27,9 @@ def build(w, chunk_size=None, mesh=None):
   """(algorithm, device population) for workload ``w``."""
   import jax.numpy as jnp
   from fedjax_dp.algorithms import dp_fedavg
-  from fedjax_dp.data.federated_data import from_client_lists
   from fedjax_dp.federated import PopulationData
-  from fedjax_dp.models import create_model
 
-  xs, ys = zip(*(workloads.synthetic_client_data(w, k) for k in range(w["num_clients"])))
-  fd = from_client_lists(f"synthetic_{w['name']}", list(xs), list(ys),
-                         num_classes=w["num_classes"])
-  if w["name"] == "mlp":
-    model = create_model("mlp", w["feature_shape"], w["num_classes"], hidden=w["hidden"])
-  else:
-    model = create_model("cnn", w["feature_shape"], w["num_classes"])
+  fd, model = workloads.federated_data_and_model(w)
   alg = dp_fedavg(model, fd, clip_norm=w["clip_norm"],
                   noise_multiplier=w["noise_multiplier"], sampler="fixed_size",
                   clients_per_round=w["cohort_size"], local_epochs=w["local_epochs"],

@@ -188,3 +188,17 @@ def poisson_max_batch(n: int, q: float, overflow_prob: float = 1e-12) -> int:
       b = k + 1
       break
   return max(1, min(n, b + 1))
+
+
+def federated_data_and_model(w):
+  """Workload ``w``'s population (a `fedjax_dp.data.FederatedData` of its synthetic
+  clients) and its model (the MLP or the CNN), as every fedjax_dp benchmark builds them."""
+  from fedjax_dp.data.federated_data import from_client_lists
+  from fedjax_dp.models import create_model
+
+  xs, ys = zip(*(synthetic_client_data(w, k) for k in range(w["num_clients"])))
+  fd = from_client_lists(f"synthetic_{w['name']}", list(xs), list(ys),
+                         num_classes=w["num_classes"])
+  if w["name"] == "mlp":
+    return fd, create_model("mlp", w["feature_shape"], w["num_classes"], hidden=w["hidden"])
+  return fd, create_model("cnn", w["feature_shape"], w["num_classes"])
