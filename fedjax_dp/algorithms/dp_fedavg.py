@@ -609,9 +609,7 @@ class DpFedAvg(FederatedAlgorithm):
     if adaptive and clip != "adaptive":
       raise FedJaxDpError(f"clip_norm must be a number > 0 or 'adaptive', got {clip!r}.",
                           option="clip_norm")
-    # check_choices reads clip_norm's Literal["adaptive"] as its only choice: a number
-    # (the type's other member) is checked below instead.
-    dataclasses.replace(options, clip_norm="adaptive").validate_federated()
+    options.validate_federated()
     if adaptive:
       if options.noise_placement != "central":
         raise FedJaxDpError("clip_norm='adaptive' needs noise_placement='central' (the "

@@ -72,8 +72,18 @@ def check_choices(options) -> None:
   for f in dataclasses.fields(options):
     allowed = choices(type(options), f.name)
     value = getattr(options, f.name)
-    if allowed and not (value is None and _optional(type(options), f.name)):
-      check_choice(f.name, value, allowed)
+    if not allowed or (value is None and _optional(type(options), f.name)):
+      continue
+    if _open_union(type(options), f.name) and not isinstance(value, str):
+      continue  # e.g. Union[float, Literal["adaptive"]]: a number is the other member
+    check_choice(f.name, value, allowed)
+
+
+def _open_union(options_cls: type, name: str) -> bool:
+  """Whether the field's type admits values besides its ``Literal`` words (a
+  ``Union[float, Literal[...]]``): only string values are then checked as choices."""
+  hint = typing.get_type_hints(options_cls, include_extras=True)[name]
+  return any(typing.get_origin(t) is not typing.Literal for t in _unwrap(hint))
 
 
 def _optional(options_cls: type, name: str) -> bool:

@@ -223,3 +223,19 @@ def test_config_files_and_sweep_axes_take_the_number_or_the_word():
   base, axes, *_ = sweep.parse_sweep_args(["--clip-norm", "adaptive"], cli.parse_run_args)
   assert axes == {} and base.options.clip_norm == "adaptive"
   assert dataclasses.replace(base.options).clip_norm == "adaptive"
+
+
+def test_a_resumed_run_continues_the_clip_norm(tmp_path):
+  """The clip norm lives in the checkpointed server state: 4 rounds then --resume to 6
+  give exactly the straight 6-round run's clip norms, noisy fractions and models."""
+  args = [*SYNTH, "--sampling-rate", "0.5", "--clip-norm", "adaptive",
+          "--noise-multiplier", "1.0", "--no-progress"]
+  short, straight = tmp_path / "short", tmp_path / "straight"
+  assert cli.main(["run", *args, "--rounds", "4", "--out", str(short)]) == 0
+  assert cli.main(["run", "--resume", str(short), "--rounds", "6", "--no-progress"]) == 0
+  assert cli.main(["run", *args, "--rounds", "6", "--out", str(straight)]) == 0
+  a, b = _rows(short), _rows(straight)
+  assert len(a) == len(b) == 6
+  for field in ("adaptive_clip_norm", "unclipped_fraction_dp", "train_loss", "epsilon"):
+    assert [r[field] for r in a] == [r[field] for r in b], field
+  assert len({r["adaptive_clip_norm"] for r in a}) == 6  # the clip norm moved every round

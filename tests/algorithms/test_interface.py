@@ -5,7 +5,7 @@ the command line, the run loop and the ledger without any of them knowing it."""
 
 import dataclasses
 import json
-from typing import Any, Dict
+from typing import Any, Dict, Literal, Union
 
 import numpy as np
 import pytest
@@ -13,7 +13,8 @@ import pytest
 from fedjax_dp import cli
 from fedjax_dp.algorithms import registry
 from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
-from fedjax_dp.algorithms.interface import Controller, FederatedAlgorithm, choices
+from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, check_choices,
+                                            choices)
 from fedjax_dp.algorithms.options import FederatedOptions
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.runs import RunConfig, run
@@ -143,3 +144,19 @@ def test_register_refuses_duplicates_and_non_algorithms(toy):
     registry.register(Decay())
   with pytest.raises(FedJaxDpError, match="FederatedAlgorithm instance"):
     registry.register(object())
+
+
+def test_check_choices_of_a_number_or_a_word():
+  """``Union[float, Literal["adaptive"]]``: a number passes (the other member), a word
+  must be one of the Literal's, and a plain Literal still refuses anything else."""
+  @dataclasses.dataclass
+  class Opts:
+    clip_norm: Union[float, Literal["adaptive"]] = 0.5
+    rule: Literal["geometric", "linear"] = "geometric"
+
+  check_choices(Opts(clip_norm=0.5))
+  check_choices(Opts(clip_norm="adaptive"))
+  with pytest.raises(FedJaxDpError, match="clip_norm"):
+    check_choices(Opts(clip_norm="adaptiv"))
+  with pytest.raises(FedJaxDpError, match="rule"):
+    check_choices(Opts(rule=0.5))
