@@ -94,13 +94,20 @@ def verdict(best_mean: float, best_std: Optional[float], adaptive_mean: float,
   return {"gap": gap, "allowed": allowed, "holds": bool(gap <= allowed)}
 
 
+#: The paper's clip-norm learning rate (Andrew et al. 2021, Sec. 4), pinned here: the
+#: command line's default is lower (`fedjax_dp.algorithms.dp_fedavg.ADAPTIVE_DEFAULTS`).
+PAPER_ADAPTIVE = dict(clip_learning_rate=0.2)
+
+
 def _base(name: str, cfg: Dict[str, Any], clip_norm) -> RunConfig:
   s = SETTINGS[name]
   run_kw = {**s["run"], **cfg.get("overrides", {}).get(name, {})}
   return RunConfig(algorithm="dp_fedavg", rounds=cfg["rounds"], eval_every=cfg["rounds"],
                    target_epsilon=cfg["epsilon"], delta=DELTA, seed=cfg["seeds"][0],
                    out=None, logger="none", **run_kw,
-                   options=DpFedAvgOptions(clip_norm=clip_norm, **s["options"]))
+                   options=DpFedAvgOptions(clip_norm=clip_norm, **s["options"],
+                                           **(PAPER_ADAPTIVE if clip_norm == "adaptive"
+                                              else {})))
 
 
 def _member(m, label: str) -> Dict[str, Any]:

@@ -70,7 +70,7 @@ def test_cli_adaptive_run_epsilon_from_metrics_and_calibration(tmp_path, capsys)
   out = tmp_path / "run"
   rc = cli.main(["run", *SYNTH, "--rounds", "6", "--sampling-rate", "0.5",
                  "--clip-norm", "adaptive", "--target-quantile", "0.7",
-                 "--target-epsilon", "3", "--delta", "1e-4", "--out", str(out)])
+                 "--clip-learning-rate", "0.2", "--target-epsilon", "3", "--delta", "1e-4", "--out", str(out)])
   assert rc == 0
   printed = capsys.readouterr().out
   assert "adaptive clipping: clip norm 0.1 ->" in printed
