@@ -65,12 +65,15 @@ class Release:
 
   def dp_event(self, noise_multiplier: float, sampler: str = "poisson",
                population_size: Optional[int] = None,
-               cohort_size: Optional[int] = None) -> dp_accounting.DpEvent:
+               cohort_size: Optional[int] = None,
+               observation: str = "aggregate") -> dp_accounting.DpEvent:
     """The `DpEvent` of this release in one round whose noise-multiplier
     hyper-parameter is ``noise_multiplier`` (`make_dp_event` of
-    ``(noise_multiplier * event_scale, sampling_rate, steps)``)."""
+    ``(noise_multiplier * event_scale, sampling_rate, steps)`` as the server observes
+    it, the spec's ``observation``)."""
     return events.make_dp_event(noise_multiplier * self.event_scale, self.sampling_rate,
-                                self.steps, sampler, population_size, cohort_size)
+                                self.steps, sampler, population_size, cohort_size,
+                                observation)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +123,14 @@ class PrivacySpec:
       ``truncation``, ``event_scale``), or a non-empty tuple of `Release` with distinct
       names: every round makes each of them (they then replace those four fields,
       which must stay at their defaults). Not combinable with ``per_client``.
+    observation: what the server (the adversary of the guarantee) observes of every
+      release (`fedjax_dp.privacy.events.OBSERVATIONS`): ``"aggregate"`` (only the noisy
+      aggregate: ``sampling_rate`` is hidden sampling, which amplifies),
+      ``"attributable"`` (each upload with its sender: ``sampling_rate`` is the unit's
+      visible participation probability, no amplification) or ``"public"``. The ledger
+      (`make_ledger`), calibration (`round_event`) and the canary audit
+      (`fedjax_dp.auditing`) all read it; `fedjax_dp.privacy.events.make_dp_event`
+      turns it into the DpEvent.
     ledger_factory: with ``per_client``, ``ledger_factory(delta)`` makes the per-client
       ledger instead of a `fedjax_dp.privacy.per_client.PerClientLedger`, for an
       algorithm whose per-client releases a generic ledger cannot express (e.g.
@@ -161,9 +172,11 @@ class PrivacySpec:
   releases: Optional[Tuple[Release, ...]] = None
   ledger_factory: Optional[Callable[[float], Any]] = None
   run_event: Optional[Callable[[float, int], Any]] = None
+  observation: str = "aggregate"
 
   def __post_init__(self):
     check_choice("unit", self.unit, ("user-level", "record-level"))
+    events.check_observation(self.observation, self.sampler, self.relation, self.unit)
     if (self.ledger_factory is not None and not self.per_client
         and self.run_event is None):
       raise FedJaxDpError("a ledger_factory without per_client makes the run's ledger of "
@@ -214,11 +227,17 @@ class PrivacySpec:
     """The relation in words (for summaries)."""
     return events.neighboring_relation(self.sampler, self.unit, self.relation)[1]
 
+  @property
+  def observed(self) -> str:
+    """What the server observes, in words (for summaries)."""
+    return events.observation_text(self.observation)
+
   def ledger_kwargs(self) -> Dict[str, Any]:
     """The `PrivacyLedger` arguments (besides delta) of this mechanism."""
     return dict(sampler=self.sampler, relation=self.relation,
                 population_size=self.population_size, cohort_size=self.cohort_size,
-                privacy_unit=self.unit, truncation=self.truncation)
+                privacy_unit=self.unit, truncation=self.truncation,
+                observation=self.observation)
 
   def make_ledger(self, delta: float):
     """An empty ledger for this mechanism's rounds: a `PrivacyLedger`, a
@@ -241,7 +260,10 @@ class PrivacySpec:
   def round_event(self, noise_multiplier: float):
     """The planned `DpEvent` of one round whose noise-multiplier hyper-parameter is
     ``noise_multiplier`` (for calibration and the budget guard; the ledger composes the
-    rounds' reported values, which a test checks against this).
+    rounds' reported values, which a test checks against this). Built by
+    `fedjax_dp.privacy.events.make_dp_event` from the spec's sampler, relation (through
+    the reported z) and ``observation``: amplified events for an aggregate, visible
+    participation for attributable uploads (see there for each bound's source).
 
     With ``releases``: ``ComposedDpEvent([release.dp_event(z, sampler, ...), ...])``,
     every release's ``make_dp_event(z * event_scale, sampling_rate, steps)`` under the
@@ -249,10 +271,10 @@ class PrivacySpec:
     if self.releases is not None:
       return dp_accounting.ComposedDpEvent(
           [r.dp_event(noise_multiplier, self.sampler, self.population_size,
-                      self.cohort_size) for r in self.releases])
+                      self.cohort_size, self.observation) for r in self.releases])
     return events.make_dp_event(
         noise_multiplier * self.event_scale, self.sampling_rate, self.steps, self.sampler,
-        self.population_size, self.cohort_size)
+        self.population_size, self.cohort_size, self.observation)
 
   def events_of_run(self, noise_multiplier: float, rounds: int) -> dp_accounting.DpEvent:
     """The `DpEvent` of ``rounds`` rounds at noise-multiplier hyper-parameter
@@ -263,12 +285,14 @@ class PrivacySpec:
     return dp_accounting.SelfComposedDpEvent(self.round_event(noise_multiplier), rounds)
 
   def supports(self, accountant: str) -> bool:
-    """Whether ``accountant`` can account for this mechanism's events."""
-    try:
-      accountants.check_accountant_supports(accountant, self.sampler, self.population_size,
-                                            self.cohort_size)
-    except accountants.UnsupportedAccountingError:
-      return False
+    """Whether ``accountant`` can account for this mechanism's events (both can, for
+    every sampler and observation, since issue 30).
+
+    Raises:
+      FedJaxDpError: an unknown accountant.
+    """
+    accountants.check_accountant_supports(accountant, self.sampler, self.population_size,
+                                          self.cohort_size)
     return True
 
 

@@ -26,7 +26,10 @@ what the code actually did: the noise standard deviation ``sigma``, the L2 sensi
 (`round_relation`: add/remove for Poisson cohorts with central noise, zero-out for
 Poisson cohorts whose clients add their own noise, replace-one for fixed-size cohorts;
 `fedjax_dp.privacy.sensitivity`), the noise multiplier ``z = sigma / Delta`` that the
-ledger composes as given, the sampling rate and the number of DP steps.
+ledger composes as given, the sampling rate and the number of DP steps. What the server
+observes (`round_observation`: the aggregate with central noise, each upload with its
+sender with local noise) decides whether the sampling rate amplifies
+(`fedjax_dp.privacy.events.make_dp_event`).
 Privacy parameters enter as arrays in `RoundHParams`: sweeping them never recompiles.
 """
 
@@ -108,9 +111,9 @@ class RoundMetrics(NamedTuple):
 
   ``noise_multiplier``, ``sampling_rate`` and ``dp_steps`` are what the ledger composes:
   for user-level DP the round's (``noise_stddev / sensitivity``, q, 1) under
-  `round_relation` (q = 1 where amplification is not claimed, `amplified`); for
-  record-level DP the local DP-SGD (z_r, q_r, local steps) under add/remove of one
-  record. With per-client noise multipliers, ``noise_multiplier`` is
+  `round_relation`, q the cohort's sampling rate (hidden sampling or visible
+  participation, by `round_observation`); for record-level DP the local DP-SGD
+  (z_r, q_r, local steps) under add/remove of one record. With per-client noise multipliers, ``noise_multiplier`` is
   the smallest over the *population* (the worst client, whether sampled or not) and
   ``client_noise_multipliers`` holds every client's ``[num_clients]`` (None otherwise).
   ``sensitivity`` is the L2 sensitivity the noise multiplier is relative to.
@@ -199,6 +202,12 @@ class RoundConfig:
       ``state.mechanism["noise"]``. The round still reports ``noise_stddev =
       stddev`` and ``z = stddev / sensitivity``; what that z means over the run is the
       generator's algorithm's ledger's business. Needs ``noise="central"``.
+    observed_client: a population client id, or None. For canary audits of attributable
+      uploads (`round_observation`): the round then also returns, in
+      ``RoundMetrics.extras``, ``"observed_upload"`` (float32 ``[P]``: that client's
+      upload exactly as the server receives it, clipped and noised, zeros when it is not
+      in the cohort) and ``"observed_participation"`` (float32, 1 when it took part),
+      i.e. what the server observes of that sender. Needs local noise.
   """
   clip_updates: bool = True
   noise: str = "central"
@@ -212,8 +221,15 @@ class RoundConfig:
   noise_distribution: str = "gaussian"
   adaptive_clip: Optional[adaptive_clipping.AdaptiveClipping] = None
   central_noise: Any = None
+  observed_client: Optional[int] = None
 
   def __post_init__(self):
+    if self.observed_client is not None:
+      check_int("observed_client", self.observed_client, minimum=0)
+      if self.noise not in ("local", "local_and_central"):
+        raise FedJaxDpError("RoundConfig.observed_client (what the server sees of one "
+                            "sender) needs local noise: with central noise the server sees "
+                            "only the aggregate.", option="observed_client")
     if self.adaptive_clip is not None and not (self.clip_updates and self.noise == "central"
                                                and not self.record_level):
       raise FedJaxDpError("adaptive clipping (RoundConfig.adaptive_clip) needs "
@@ -249,18 +265,13 @@ def round_relation(sampler, config: RoundConfig) -> str:
   """The neighbouring relation (`fedjax_dp.privacy.sensitivity.RELATIONS`) under which
   a round built from ``sampler`` and ``config`` reports its noise multiplier.
 
-  * record-level (local DP-SGD): ``"add_remove"`` of one record (the client sampler is
-    not claimed for amplification);
+  * record-level (local DP-SGD): ``"add_remove"`` of one record;
   * fixed-size cohorts: ``"replace_one"`` (what sampling without replacement needs);
   * Poisson cohorts with central noise: ``"add_remove"`` of one user;
   * Poisson cohorts whose clients add their own noise: ``"zero_out"``: a user whose
     data is replaced by a null dataset still takes part and still adds noise. Under
-    add/remove the absent user's noise would be missing too (the sum's variance would
-    change), which no shift-of-a-Gaussian DpEvent covers. Such a round reports the
-    sampling rate 1 (`round_sampling_rate`): a client's noise arrives with its update
-    only when it takes part, so whether it took part is visible and Poisson
-    amplification does not apply; every round is a plain Gaussian release for every
-    client (conservative; the canary audit measured the amplified claim too small).
+    add/remove the absent user's upload would be missing too, and the server sees who
+    uploads (`round_observation`), which no Gaussian DpEvent covers.
   """
   if config.record_level:
     return "add_remove"
@@ -269,11 +280,58 @@ def round_relation(sampler, config: RoundConfig) -> str:
   return "zero_out" if config.local_noise else "add_remove"
 
 
-def amplified(sampler, config: RoundConfig) -> bool:
-  """Whether the round's DpEvent may claim amplification by its client sampling: not for
-  local noise under Poisson sampling (`round_relation`); record-level rounds report
-  their record sampling instead."""
-  return not (config.local_noise and sampler.kind == "poisson" and not config.record_level)
+def round_observation(sampler, config: RoundConfig) -> str:
+  """What the server observes of a round built from ``sampler`` and ``config``
+  (`fedjax_dp.privacy.events.OBSERVATIONS`):
+
+  * ``"attributable"`` when every client noises its own upload (local noise, user or
+    record level through the model upload): the server receives each upload from its
+    sender, so whether a unit took part is visible and the cohort's sampling gives no
+    amplification (the ledger composes `VisibleParticipationDpEvent`s: exact);
+  * ``"aggregate"`` otherwise: central noise on the cohort's sum (who was sampled stays
+    hidden), and record-level local DP-SGD, whose record sampling the client's upload
+    hides (the client's own participation is visible and not claimed: its steps are
+    accounted in every round).
+  """
+  del sampler
+  return "attributable" if config.local_noise and not config.record_level else "aggregate"
+
+
+def _ball_radius(client_hp) -> Any:
+  """The radius of the parameter ball every trained client model is projected onto
+  (``param_clip_norm`` after every step, ``final_param_clip_norm`` once; the smaller
+  if both), or None when local training projects onto no ball."""
+  radii = [jnp.asarray(r, jnp.float32) for r in (client_hp.param_clip_norm,
+                                                 client_hp.final_param_clip_norm)
+           if r is not None]
+  if not radii:
+    return None
+  return radii[0] if len(radii) == 1 else jnp.minimum(radii[0], radii[1])
+
+
+def nonfinite_fallback_update(params, client_hp) -> Any:
+  """The update that replaces a client's non-finite update in an unclipped round.
+
+  Without a parameter ball: zeros (the client uploads the received model ``w0``). With
+  one (model-upload papers 000 and 004, whose sensitivity 2R is the ball's diameter,
+  `fedjax_dp.privacy.sensitivity.ball_sensitivity`): ``P_R(w0) - w0``, so that the
+  client uploads the projection of the public global model onto the ball, a point
+  inside it that does not depend on any client's data. Uploading ``w0`` itself could lie
+  outside the ball (``w0`` averages noisy models) and break the 2R bound (issue 30,
+  F10).
+
+  Args:
+    params: the global model ``w0`` (pytree).
+    client_hp: the round's `ClientHParams`.
+
+  Returns:
+    A pytree like ``params`` (float32 leaves as the updates).
+  """
+  radius = _ball_radius(client_hp)
+  if radius is None:
+    return jax.tree_util.tree_map(jnp.zeros_like, params)
+  projected, _, _ = clipping.clip_by_global_norm(params, radius)
+  return jax.tree_util.tree_map(lambda p, w: (p - w).astype(w.dtype), projected, params)
 
 
 def init_mechanism_state(config: RoundConfig, params) -> Any:
@@ -298,6 +356,7 @@ class _Partial(NamedTuple):
   weight_sum: jax.Array
   example_clip: jax.Array
   batch_truncated: jax.Array
+  observed: Any = ()    # RoundConfig.observed_client's upload, flat [P] (or ())
 
 
 def _client_data_bytes(data) -> int:
@@ -358,14 +417,20 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           updates, norms, finite = clipping.clip_per_client(updates, clip_norm)
         else:
           finite = jax.vmap(clipping.is_finite)(updates)
+          fallback = nonfinite_fallback_update(params, hp.client)  # F10: inside the ball
           updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
-              lambda l: jnp.where(f, l, jnp.zeros_like(l)), u))(updates, finite)
+              lambda l, b: jnp.where(f, l, b.astype(l.dtype)), u, fallback))(updates, finite)
           norms = jax.vmap(clipping.global_norm)(updates)
         if local:
           nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
           updates = noise.add_local_noise(nkeys, updates, cstd,
                                           config.noise_distribution)
         summed = aggregation.weighted_sum(updates, cw)
+      observed = acc.observed
+      if config.observed_client is not None:  # what the server sees of that sender
+        sel = ((cid == config.observed_client) & cmask).astype(jnp.float32)
+        flat = jax.vmap(lambda u: jax.flatten_util.ravel_pytree(u)[0])(updates)
+        observed = observed + jnp.sum(flat.astype(jnp.float32) * sel[:, None], axis=0)
       m = cmask.astype(jnp.float32)
       part = _Partial(
           total=jax.tree_util.tree_map(jnp.add, acc.total, summed),
@@ -375,13 +440,16 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           nonfinite=acc.nonfinite + jnp.sum((~finite) & cmask).astype(jnp.int32),
           weight_sum=acc.weight_sum + jnp.sum(cw),
           example_clip=acc.example_clip + jnp.sum(cm.example_clip_fraction * m),
-          batch_truncated=acc.batch_truncated + jnp.sum(cm.batch_truncated * cmask))
+          batch_truncated=acc.batch_truncated + jnp.sum(cm.batch_truncated * cmask),
+          observed=observed)
       return part, jnp.where(cmask, norms, 0.0)
 
     zero = jnp.zeros((), jnp.float32)
     izero = jnp.zeros((), jnp.int32)
+    observed0 = (() if config.observed_client is None else
+                 jnp.zeros(sum(l.size for l in jax.tree_util.tree_leaves(params)), jnp.float32))
     init = _Partial(jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, jnp.float32), params),
-                    zero, zero, zero, izero, zero, zero, izero)
+                    zero, zero, zero, izero, zero, zero, izero, observed0)
     part, norms = jax.lax.scan(
         one_chunk, init, tuple(per_chunk(a) for a in (ids, mask, counts, weights, std_clients)))
     return part, jnp.max(norms)
@@ -508,6 +576,10 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
           adaptive_clipping.next_clip_norm(clip_norm, fraction, adaptive))}
       extras = {"adaptive_clip_norm": clip_norm, "unclipped_fraction_dp": fraction,
                 "update_noise_multiplier": z_sum, "count_noise_multiplier": z_count}
+    if config.observed_client is not None:
+      took_part = jnp.any((ids == config.observed_client) & mask).astype(jnp.float32)
+      extras = {**(extras or {}), "observed_upload": part.observed,
+                "observed_participation": took_part}
     server_std = jnp.zeros(())
     if config.noise == "local_and_central":
       if hp.server_noise_stddev is None:
@@ -549,8 +621,7 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
         noise_multiplier=z_event,
         noise_stddev=std_event,
         sampling_rate=(jnp.asarray(hp.client.record_sampling_rate, jnp.float32)
-                       if config.record_level else
-                       q if amplified(sampler, config) else jnp.ones((), jnp.float32)),
+                       if config.record_level else q),
         dp_steps=jnp.asarray(config.dp_steps, jnp.int32),
         example_clip_fraction=part.example_clip / safe,
         batch_truncated=part.batch_truncated,

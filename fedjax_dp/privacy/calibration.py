@@ -63,7 +63,6 @@ def calibrate(make_event: Callable[[float], dp_accounting.DpEvent], target_epsil
   Raises:
     FedJaxDpError: invalid arguments, or a target so large that even x < 1e-3 meets it
       (possible when q is below delta) or so small that x > 2**40 is needed.
-    UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
   """
   target_epsilon = check_epsilon(target_epsilon, "target_epsilon")
   delta = check_delta(delta)
@@ -140,8 +139,6 @@ def calibrate_noise_multiplier(target_epsilon: float, delta: float,
 
   Raises:
     FedJaxDpError: invalid arguments, or an unreachable target (see `calibrate`).
-    UnsupportedAccountingError: ``accountant="pld"`` with a fixed-size cohort smaller
-      than the population.
   """
   rounds = check_int("rounds", rounds, minimum=1)
   steps_per_round = _check_count(steps_per_round, "steps_per_round")

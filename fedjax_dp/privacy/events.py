@@ -29,10 +29,37 @@ deviations in its RDP accountant under every relation, and in its PLD accountant
 add/remove, but as a shift of ``2/z`` in its PLD accountant under ``REPLACE_ONE``; to
 keep one meaning, events without sampling-without-replacement are composed under
 ``ADD_OR_REMOVE_ONE`` (pure shift semantics), and `SampledWithoutReplacementDpEvent`
-(RDP only, Wang, Balle, Kasiviswanathan 2019, Thm. 27) under ``REPLACE_ONE``, where its
-inner ``z`` is relative to the replace-one sensitivity, as here. A fixed-size cohort
-that is the whole population is no sampling at all: a plain `GaussianDpEvent`, which
-the PLD accountant supports.
+(RDP: Wang, Balle, Kasiviswanathan 2019, Thm. 27) under ``REPLACE_ONE``, where its
+inner ``z`` is relative to the replace-one sensitivity, as here; its PLD is
+`fedjax_dp.privacy.accountants.sampled_without_replacement_gaussian_pld` (Dong, Roth,
+Su 2022, Thm. 4.2), which dp_accounting does not have. A fixed-size cohort that is the
+whole population is no sampling at all: a plain `GaussianDpEvent`.
+
+What the server observes. The guarantee is against the server (the adversary of the
+threat model), and a release's DpEvent depends on what it sees (`OBSERVATIONS`):
+
+* ``"aggregate"``: only the noisy aggregate of the cohort (central noise, or a record's
+  DP-SGD steps seen only through its client's upload): which units the sampler drew is
+  hidden, so amplification by sampling holds (`PoissonSampledDpEvent`,
+  `SampledWithoutReplacementDpEvent`).
+* ``"attributable"``: each upload with its sender (every client noises its own upload
+  and the server sees who sent what, e.g. to weight it): whether a unit took part is
+  visible, so sampling gives no amplification. A round is then a
+  `VisibleParticipationDpEvent`: with probability ``q`` the unit's upload is a Gaussian
+  release, otherwise the round reveals nothing about it (its privacy loss is 0). This is
+  exact: the observed participation splits the output distributions into the same
+  mixture components under both neighbouring datasets, so the hockey-stick divergence
+  of T rounds is ``sum_k Binom(k; T, q) delta_G(eps; sqrt(k) / z)`` (our derivation,
+  the mixture of Balle, Barthe, Gaboardi, NeurIPS 2018, Sec. 3, with the mixture
+  component observed). Under add/remove a visible participation of a unit absent from
+  the neighbour is distinguishable with certainty, so user-level attributable releases
+  need zero-out (Poisson) or replace-one (fixed size) (`check_observation`).
+* ``"public"``: values computed from public data only (a public seed's schedule, the
+  configuration): `NoOpDpEvent`.
+
+`make_dp_event` is the one function that turns (sampler, relation, observation,
+noise multiplier = noise std / sensitivity) into a round's event; every ledger, the
+calibration and the auditor's claims build events through it.
 """
 
 from __future__ import annotations
@@ -41,6 +68,7 @@ import math
 import numbers
 from typing import Any, NamedTuple, Optional, Tuple
 
+import attr
 import dp_accounting
 import numpy as np
 from scipy import stats
@@ -50,8 +78,9 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_probability)
 
 __all__ = [
-    "SAMPLERS", "PRIVACY_UNITS", "RELATIONS", "NeighborRel", "Truncation",
-    "default_relation", "neighboring_relation", "make_dp_event", "dp_accounting_relation",
+    "SAMPLERS", "PRIVACY_UNITS", "RELATIONS", "OBSERVATIONS", "NeighborRel", "Truncation",
+    "VisibleParticipationDpEvent", "default_relation", "neighboring_relation",
+    "check_observation", "observation_text", "make_dp_event", "has_visible_participation", "dp_accounting_relation",
     "truncation_delta",
 ]
 
@@ -64,8 +93,76 @@ PRIVACY_UNITS = ("user", "record")
 #: The relations each sampler's events are valid under (the first is the default).
 _SAMPLER_RELATIONS = {"poisson": ("add_remove", "zero_out"), "fixed_size": ("replace_one",)}
 
+#: What the server (the adversary of the guarantee) observes of a release (module
+#: docstring): the aggregate only, each upload with its sender, or public values only.
+OBSERVATIONS = ("aggregate", "attributable", "public")
+_OBSERVATION_TEXT = {
+    "aggregate": "only noisy aggregates (the cohort's noisy sum, or a client's upload "
+                 "after noisy DP-SGD steps): which units were sampled stays hidden, so "
+                 "amplification by sampling applies",
+    "attributable": "each upload with its sender (participation is visible: no "
+                    "amplification by sampling; a round costs nothing to a unit that "
+                    "did not take part)",
+    "public": "only values computed from public data (no privacy cost)",
+}
+
 # Relative tolerance when matching a (float32) sampling rate to cohort/population.
 _COHORT_RATE_RTOL = 1e-6
+
+
+@attr.s(frozen=True, slots=True, auto_attribs=True)
+class VisibleParticipationDpEvent(dp_accounting.DpEvent):
+  """A release in which the protected unit takes part with probability
+  ``sampling_probability``, independently of the data, and its participation is
+  *observed*: with probability ``sampling_probability`` the event ``event`` is applied
+  to the unit's data and its output is seen together with the fact that the unit took
+  part; otherwise the output carries nothing of the unit (privacy loss 0).
+
+  Unlike `dp_accounting.PoissonSampledDpEvent` (participation hidden inside an
+  aggregate, which amplifies), the observer knows which mixture component it is in, so
+  the privacy loss distribution is exactly the mixture ``(1 - q) * 0 + q * PLD(event)``
+  and the Renyi divergence of order alpha is ``log(1 - q + q exp((alpha - 1)
+  R_alpha(event))) / (alpha - 1)`` (both directions; our derivation: the divergence of
+  a mixture whose component is observed is the mixture of the components'
+  divergences). This is the event of an upload the server can attribute to its sender
+  (`OBSERVATIONS`). Accounted by `fedjax_dp.privacy.accountants`' RDP and PLD
+  accountants (dp_accounting's own do not know it).
+  """
+  sampling_probability: float
+  event: dp_accounting.DpEvent
+
+
+def check_observation(observation: Any, sampler: str = "poisson",
+                      relation: Optional[str] = None,
+                      privacy_unit: Optional[str] = None) -> str:
+  """``observation`` (one of `OBSERVATIONS`) after checking that it fits the sampler,
+  relation and privacy unit of the release.
+
+  A user-level ``"attributable"`` release under add/remove is refused: a unit present
+  in one dataset only would be seen uploading in one world and never in the other
+  (privacy loss infinite), so such releases are accounted under zero-out (Poisson) or
+  replace-one (fixed size). At record level the upload belongs to the record's client,
+  which exists in both worlds, so every relation is fine.
+
+  Raises:
+    FedJaxDpError: an unknown observation, or attributable uploads under add/remove at
+      user level.
+  """
+  observation = check_choice("observation", observation, OBSERVATIONS)
+  relation = _check_pairing(sampler, relation)
+  unit = None if privacy_unit is None else _check_privacy_unit(privacy_unit)
+  if observation == "attributable" and relation == "add_remove" and unit != "record":
+    raise FedJaxDpError(
+        "observation='attributable' (each upload seen with its sender) cannot be "
+        "accounted under neighboring_relation='add_remove' at user level: a user present "
+        "in one dataset only is seen uploading in one world and never in the other. "
+        "Use 'zero_out' (Poisson) or 'replace_one' (fixed size).", option="observation")
+  return observation
+
+
+def observation_text(observation: str) -> str:
+  """What the server observes, in words (for summaries and the README's table)."""
+  return _OBSERVATION_TEXT[check_choice("observation", observation, OBSERVATIONS)]
 
 
 def _check_privacy_unit(privacy_unit: Any) -> str:
@@ -188,12 +285,21 @@ def _resolve_cohort_size(sampling_rate: Optional[float], population_size: Any,
 
 
 def _build_event(z: float, q: float, steps: int, sampler: str,
-                 population_size: Optional[int], cohort_size: Optional[int]
-                 ) -> dp_accounting.DpEvent:
+                 population_size: Optional[int], cohort_size: Optional[int],
+                 observation: str = "aggregate") -> dp_accounting.DpEvent:
   """`make_dp_event` on already validated arguments."""
+  if observation == "public":
+    return dp_accounting.NoOpDpEvent()
   if z == 0.0:
     return dp_accounting.NonPrivateDpEvent()
   gaussian = dp_accounting.GaussianDpEvent(z)
+  if observation == "attributable":
+    # Participation is visible: no amplification; the round's releases happen only in
+    # the rounds the unit takes part in (probability q, m / n for fixed size).
+    inner = gaussian if steps == 1 else dp_accounting.SelfComposedDpEvent(gaussian, steps)
+    if sampler == "fixed_size":
+      q = cohort_size / population_size
+    return inner if q == 1.0 else VisibleParticipationDpEvent(q, inner)
   if sampler == "fixed_size" and cohort_size < population_size:
     event = dp_accounting.SampledWithoutReplacementDpEvent(
         population_size, cohort_size, gaussian)
@@ -209,22 +315,39 @@ def _build_event(z: float, q: float, steps: int, sampler: str,
 def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None,
                   steps: int = 1, sampler: str = "poisson",
                   population_size: Optional[int] = None,
-                  cohort_size: Optional[int] = None) -> dp_accounting.DpEvent:
-  """The `DpEvent` of one round: ``steps`` sampled Gaussian releases.
+                  cohort_size: Optional[int] = None,
+                  observation: str = "aggregate") -> dp_accounting.DpEvent:
+  """The `DpEvent` of one round: ``steps`` Gaussian releases of a sampled unit, as the
+  server observes them. The one function every ledger, calibration and audit claim
+  builds round events with.
 
   ``noise_multiplier`` is ``sigma / Delta`` with ``Delta`` the sensitivity under the
   sampler's relation (module docstring); it is used as given.
 
+  ``observation="aggregate"`` (the server sees only the noisy aggregate; sampling hidden):
+
   * ``sampler="poisson"``: `PoissonSampledDpEvent(q, GaussianDpEvent(z))` (add/remove
-    or zero-out); with ``q == 1`` the plain `GaussianDpEvent(z)` (no amplification).
+    or zero-out; Mironov, Talwar, Zhang 2019 for RDP); with ``q == 1`` the plain
+    `GaussianDpEvent(z)` (no amplification).
   * ``sampler="fixed_size"``, ``cohort_size < population_size``:
     `SampledWithoutReplacementDpEvent(population_size, cohort_size, GaussianDpEvent(z))`
-    (replace-one; Wang, Balle, Kasiviswanathan 2019, Thm. 27); RDP only.
+    (replace-one; RDP: Wang, Balle, Kasiviswanathan 2019, Thm. 27; PLD: the dominating
+    pair of `fedjax_dp.privacy.accountants`, Zhu, Dong, Wang, AISTATS 2022).
   * ``sampler="fixed_size"``, ``cohort_size == population_size``: every unit takes part,
-    so the plain `GaussianDpEvent(z)` (tighter than the sampled event with m = n, and
-    the PLD accountant supports it).
-  * ``noise_multiplier == 0``: `NonPrivateDpEvent` (epsilon = inf).
-  * ``steps > 1``: `SelfComposedDpEvent(event, steps)` (e.g. local DP-SGD steps).
+    so the plain `GaussianDpEvent(z)`.
+  * ``steps > 1``: `SelfComposedDpEvent(event, steps)` (e.g. local DP-SGD steps, each
+    with its own draw).
+
+  ``observation="attributable"`` (each upload seen with its sender; participation
+  visible): `VisibleParticipationDpEvent(q, GaussianDpEvent(z))` (``q = m / n`` for fixed
+  size; the plain Gaussian when ``q == 1``), with ``SelfComposedDpEvent(Gaussian, steps)``
+  inside for ``steps > 1`` (the unit's round is all or nothing). Exact, no amplification
+  (`VisibleParticipationDpEvent`).
+
+  ``observation="public"``: `NoOpDpEvent` (nothing private is released).
+
+  ``noise_multiplier == 0``: `NonPrivateDpEvent` (epsilon = inf), except for public
+  releases.
 
   Args:
     noise_multiplier: z >= 0, noise standard deviation / L2 sensitivity under the
@@ -237,15 +360,17 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
     sampler: one of `SAMPLERS`.
     population_size: n, units the cohort is drawn from (``"fixed_size"`` only).
     cohort_size: m <= n, units per round (``"fixed_size"``; derived from q if None).
+    observation: one of `OBSERVATIONS` (what the server observes; module docstring).
 
   Returns:
     A `dp_accounting.DpEvent`.
 
   Raises:
-    FedJaxDpError: any argument out of range, NaN or inf, an unknown sampler,
-      or missing / inconsistent population and cohort sizes.
+    FedJaxDpError: any argument out of range, NaN or inf, an unknown sampler or
+      observation, or missing / inconsistent population and cohort sizes.
   """
   check_choice("sampler", sampler, SAMPLERS)
+  check_choice("observation", observation, OBSERVATIONS)
   z = _check_noise_multiplier(noise_multiplier)
   q = None if sampling_rate is None else _check_sampling_rate(sampling_rate)
   steps = _check_count(steps, "steps")
@@ -254,13 +379,25 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
     q = cohort_size / population_size
   elif q is None:
     q = 1.0
-  return _build_event(z, q, steps, sampler, population_size, cohort_size)
+  return _build_event(z, q, steps, sampler, population_size, cohort_size, observation)
+
+
+def has_visible_participation(event: dp_accounting.DpEvent) -> bool:
+  """Whether ``event`` holds a `VisibleParticipationDpEvent` (which only
+  `fedjax_dp.privacy.accountants`' accountants can compose)."""
+  if isinstance(event, VisibleParticipationDpEvent):
+    return True
+  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+    return has_visible_participation(event.event)
+  if isinstance(event, dp_accounting.ComposedDpEvent):
+    return any(has_visible_participation(e) for e in event.events)
+  return False
 
 
 def _has_sampling_without_replacement(event: dp_accounting.DpEvent) -> bool:
   if isinstance(event, dp_accounting.SampledWithoutReplacementDpEvent):
     return True
-  if isinstance(event, dp_accounting.SelfComposedDpEvent):
+  if isinstance(event, (dp_accounting.SelfComposedDpEvent, VisibleParticipationDpEvent)):
     return _has_sampling_without_replacement(event.event)
   if isinstance(event, dp_accounting.ComposedDpEvent):
     return any(_has_sampling_without_replacement(e) for e in event.events)
@@ -271,7 +408,9 @@ def dp_accounting_relation(event: dp_accounting.DpEvent) -> NeighborRel:
   """The `dp_accounting.NeighboringRelation` to compose ``event`` under so that every
   `GaussianDpEvent(z)` in it means a shift of ``1/z`` standard deviations (module
   docstring): ``REPLACE_ONE`` if it holds a `SampledWithoutReplacementDpEvent`
-  (RDP only; RDP reads plain Gaussians the same under every relation), else
+  (for RDP, which reads plain Gaussians the same under every relation; the PLD
+  accountant, `fedjax_dp.privacy.accountants.PldAccountant`, always uses shift
+  semantics), else
   ``ADD_OR_REMOVE_ONE`` (Poisson-sampled events: add/remove; zero-out composes the
   same, dp_accounting's ``REPLACE_SPECIAL``)."""
   return (NeighborRel.REPLACE_ONE if _has_sampling_without_replacement(event)

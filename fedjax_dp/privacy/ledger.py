@@ -36,20 +36,20 @@ from fedjax_dp.privacy.accountants import (ACCOUNTANTS,
                                            DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
                                            _check_orders, _check_pld_interval, _log,
                                            _make_accountant, _nonconvergence_message,
-                                           _raise_unsupported, _rdp_of,
+                                           _rdp_of,
                                            excluded_orders_note)
 from fedjax_dp.privacy.events import (SAMPLERS, NeighborRel, Truncation, _build_event,
                                       _check_count, _check_noise_multiplier,
                                       _check_privacy_unit, _check_sampling_rate,
-                                      _has_sampling_without_replacement,
-                                      _resolve_cohort_size, dp_accounting_relation,
-                                      neighboring_relation, truncation_delta)
+                                      _resolve_cohort_size, check_observation,
+                                      dp_accounting_relation, neighboring_relation,
+                                      observation_text, truncation_delta)
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
 
 __all__ = ["PrivacySummary", "PrivacyLedger"]
 
 _LEDGER_FORMAT = "fedjax_dp.PrivacyLedger"
-_LEDGER_VERSION = 2
+_LEDGER_VERSION = 3  # 3: the observation model (2: every ledger was "aggregate")
 
 
 # ---------------------------------------------------------------------------
@@ -73,6 +73,7 @@ class PrivacySummary:
       draw of the run was truncated (0 without truncation).
     delta_total: ``delta + (1 + e^epsilon) truncation_probability``: the delta of the
       guarantee (`truncation_delta`).
+    observation: what the server observes (`fedjax_dp.privacy.events.OBSERVATIONS`).
   """
   privacy_unit: str
   neighboring_relation: str
@@ -84,6 +85,7 @@ class PrivacySummary:
   num_releases: int
   truncation_probability: float = 0.0
   delta_total: Optional[float] = None
+  observation: str = "aggregate"
 
   def to_dict(self) -> Dict[str, Any]:
     """Plain dict (``epsilon`` may be ``inf``; JSON writers must allow it)."""
@@ -93,7 +95,8 @@ class PrivacySummary:
     sampling = "Poisson sampling" if self.sampler == "poisson" else "fixed-size sampling"
     delta = self.delta if self.delta_total is None else self.delta_total
     return (f"({self.epsilon:.4g}, {delta:.4g})-DP at {self.privacy_unit} "
-            f"({self.neighboring_relation}); {sampling}, {self.num_rounds} rounds, "
+            f"({self.neighboring_relation}); {sampling}, the server observes "
+            f"{observation_text(self.observation)}; {self.num_rounds} rounds, "
             f"{self.num_releases} noisy releases, {self.accountant.upper()} accountant")
 
 
@@ -197,7 +200,7 @@ class PrivacyLedger:
                cohort_size: Optional[int] = None, privacy_unit: str = "user",
                relation: Optional[str] = None, truncation: Optional[Truncation] = None,
                pld_value_discretization_interval: float =
-               DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL):
+               DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL, observation: str = "aggregate"):
     """Creates an empty ledger.
 
     Args:
@@ -215,6 +218,12 @@ class PrivacyLedger:
       truncation: a `Truncation` if the mechanism's Poisson draws are padded to a cap
         (its probability, summed over rounds, is added to delta), else None.
       pld_value_discretization_interval: PLD loss grid step in nats (> 0).
+      observation: what the server observes of each round's release
+        (`fedjax_dp.privacy.events.OBSERVATIONS`): ``"aggregate"`` (recorded sampling
+        rates amplify), ``"attributable"`` (each upload seen with its sender: the
+        recorded rate is the unit's visible participation probability, no
+        amplification) or ``"public"``. Must fit the sampler and relation
+        (`fedjax_dp.privacy.events.check_observation`).
 
     Raises:
       FedJaxDpError: invalid arguments.
@@ -237,6 +246,8 @@ class PrivacyLedger:
     self._cohort_size = cohort_size
     self._relation, self._relation_text = neighboring_relation(sampler, privacy_unit,
                                                                relation)
+    self._observation = check_observation(observation, sampler, self._relation,
+                                          privacy_unit)
     self._truncation = _check_truncation(truncation)
     self._runs: List[_Run] = []
     self._num_rounds = 0
@@ -274,6 +285,11 @@ class PrivacyLedger:
     return self._relation
 
   @property
+  def observation(self) -> str:
+    """What the server observes of each round (`fedjax_dp.privacy.events.OBSERVATIONS`)."""
+    return self._observation
+
+  @property
   def truncation(self) -> Optional[Truncation]:
     """The `Truncation` model of the mechanism's padded draws, or None."""
     return self._truncation
@@ -294,14 +310,15 @@ class PrivacyLedger:
         [dp_accounting.SelfComposedDpEvent(r.event, r.count) for r in self._runs])
 
   def supports(self, accountant: str) -> bool:
-    """Whether ``epsilon(accountant=...)`` is available: PLD is not for events of
-    sampling without replacement (fixed-size cohorts smaller than the population)."""
+    """Whether ``epsilon(accountant=...)`` is available: always, for both accountants
+    (sampling without replacement has a PLD since issue 30,
+    `fedjax_dp.privacy.accountants.PldAccountant`).
+
+    Raises:
+      FedJaxDpError: an unknown accountant.
+    """
     check_choice("accountant", accountant, ACCOUNTANTS)
-    if accountant == "rdp":
-      return True
-    if self._runs:
-      return not any(_has_sampling_without_replacement(r.event) for r in self._runs)
-    return self._sampler == "poisson" or self._cohort_size == self._population_size
+    return True
 
   # -- recording -------------------------------------------------------------
 
@@ -309,7 +326,7 @@ class PrivacyLedger:
     population, cohort = self._population_size, None
     if self._sampler == "fixed_size":
       population, cohort = _resolve_cohort_size(q, population, self._cohort_size)
-    return _build_event(z, q, steps, self._sampler, population, cohort)
+    return _build_event(z, q, steps, self._sampler, population, cohort, self._observation)
 
   def _append(self, z: float, q: float, steps: int, count: int) -> None:
     event = self._round_event(z, q, steps)
@@ -532,7 +549,7 @@ class PrivacyLedger:
       return self._pld_results[key]
     interval = self._pld_interval_for(delta)
     if self._pld_prefix is None or interval != self._pld_prefix_interval:
-      # No sampling without replacement here (`supports`): shift semantics throughout.
+      # Shift semantics throughout (`fedjax_dp.privacy.accountants.PldAccountant`).
       self._pld_prefix = _make_accountant("pld", NeighborRel.ADD_OR_REMOVE_ONE, None,
                                           interval)
       self._pld_prefix_runs, self._pld_prefix_interval = 0, interval
@@ -563,12 +580,9 @@ class PrivacyLedger:
 
     Raises:
       FedJaxDpError: invalid ``delta`` / ``accountant``.
-      UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
     """
     delta = self._delta if delta is None else check_delta(delta)
     check_choice("accountant", accountant, ACCOUNTANTS)
-    if not self.supports(accountant):
-      _raise_unsupported()
     if accountant == "rdp":
       return self._rdp_epsilon(delta)
     return self._pld_epsilon(delta)
@@ -585,7 +599,7 @@ class PrivacyLedger:
         num_rounds=self._num_rounds,
         num_releases=sum(r.count * r.dp_steps for r in self._runs),
         truncation_probability=self.truncation_probability(),
-        delta_total=self.delta_total(delta, accountant))
+        delta_total=self.delta_total(delta, accountant), observation=self._observation)
 
   # -- serialisation ---------------------------------------------------------
 
@@ -606,6 +620,7 @@ class PrivacyLedger:
         "cohort_size": self._cohort_size,
         "privacy_unit": self._privacy_unit,
         "truncation": None if self._truncation is None else self._truncation._asdict(),
+        "observation": self._observation,
         "pld_value_discretization_interval": self._pld_interval,
         "runs": [{"noise_multiplier": r.noise_multiplier,
                   "sampling_rate": r.sampling_rate,
@@ -627,8 +642,8 @@ class PrivacyLedger:
       raise FedJaxDpError(
           f"state must be a dict from PrivacyLedger.to_dict() with "
           f"format={_LEDGER_FORMAT!r}, got {got}.")
-    if state.get("version") != _LEDGER_VERSION:
-      raise FedJaxDpError(f"state version must be {_LEDGER_VERSION}, got "
+    if state.get("version") not in (2, _LEDGER_VERSION):
+      raise FedJaxDpError(f"state version must be 2 or {_LEDGER_VERSION}, got "
                           f"{state.get('version')!r} (version 1 ledgers stored noise "
                           "multipliers under another convention; recompute from "
                           "metrics.jsonl).")
@@ -637,7 +652,10 @@ class PrivacyLedger:
                  cohort_size=state["cohort_size"], privacy_unit=state["privacy_unit"],
                  relation=state["relation"], truncation=state["truncation"],
                  pld_value_discretization_interval=state[
-                     "pld_value_discretization_interval"])
+                     "pld_value_discretization_interval"],
+                 # Version 2 ledgers predate the observation model: every one was an
+                 # aggregate's (rounds without amplification recorded rate 1).
+                 observation=state.get("observation", "aggregate"))
     for i, run in enumerate(state["runs"]):
       try:
         ledger.record(run["noise_multiplier"], run["sampling_rate"], run["dp_steps"],
@@ -648,4 +666,5 @@ class PrivacyLedger:
 
   def __repr__(self) -> str:
     return (f"PrivacyLedger(sampler={self._sampler!r}, relation={self._relation!r}, "
+            f"observation={self._observation!r}, "
             f"delta={self._delta!r}, rounds={self._num_rounds}, runs={len(self._runs)})")

@@ -219,3 +219,53 @@ def test_same_seed_identical_different_seed_different(real_setup):
   _records_equal(ra, rb)
   assert not np.array_equal(np.asarray(sa.params["Dense_0"]["kernel"]),
                             np.asarray(sc.params["Dense_0"]["kernel"]))
+
+
+@pytest.mark.parametrize("radius_field", ["param_clip_norm", "final_param_clip_norm"])
+def test_nonfinite_model_upload_stays_in_the_parameter_ball(radius_field):
+  """Issue 30 (F10): in the model-upload papers (000, 004) the sensitivity 2R is the
+  diameter of the ball ||w|| <= R that every trained model is projected onto. A client
+  whose training produced NaN used to upload the received model w0 (its update zeroed),
+  which lies outside the ball when the global model does; it now uploads P_R(w0), the
+  projection of the public global model, inside the ball."""
+  from fedjax_dp.federated.client import ClientHParams
+  opt = optax.sgd(1.0)
+  x, y, counts = _id_population()
+  x[:, :, 1] = 1.0                       # every client's training returns NaN
+  sampler = FixedSizeSampler.create(N, 3)
+  config = RoundConfig(clip_updates=False, noise="local", weighting="uniform",
+                       denominator="actual", observed_client=int(N - 1))
+  round_fn = jax.jit(make_round(_id_client, sampler, opt, config))
+  w0 = jnp.full((N,), 5.0)               # ||w0|| = 5 sqrt(12) > R = 1
+  state = server.init_server_state({"w": w0}, opt)
+  radius = 1.0
+  hp = RoundHParams(jnp.inf, 0.0, 3 / N, ClientHParams(**{radius_field: radius}),
+                    noise_stddev=0.0, sensitivity=2 * radius)
+  for seed in range(8):
+    new, m = round_fn(state, PopulationData(jnp.asarray(x), y, counts), hp,
+                      jax.random.key(seed))
+    assert int(m.nonfinite_updates) == 3
+    # Every upload is P_R(w0): the new model (their average) too.
+    np.testing.assert_allclose(np.asarray(new.params["w"]),
+                               np.asarray(w0) * radius / np.linalg.norm(w0), rtol=1e-5)
+    if float(m.extras["observed_participation"]):
+      uploaded = np.asarray(w0) + np.asarray(m.extras["observed_upload"])
+      assert np.linalg.norm(uploaded) == pytest.approx(radius, rel=1e-5)
+
+
+def test_nonfinite_update_without_a_ball_is_zeroed(id_round):
+  """Without a parameter ball (DP-FedAvg's clipped updates) the fallback stays zero."""
+  from fedjax_dp.federated.round import nonfinite_fallback_update
+  from fedjax_dp.federated.client import ClientHParams
+  params = {"w": jnp.full((3,), 4.0)}
+  zero = nonfinite_fallback_update(params, ClientHParams())
+  np.testing.assert_array_equal(np.asarray(zero["w"]), 0.0)
+  both = nonfinite_fallback_update(params, ClientHParams(param_clip_norm=2.0,
+                                                         final_param_clip_norm=1.0))
+  np.testing.assert_allclose(np.linalg.norm(np.asarray(params["w"] + both["w"])), 1.0,
+                             rtol=1e-6)
+
+
+def test_observed_client_needs_local_noise():
+  with pytest.raises(FedJaxDpError, match="observed_client"):
+    RoundConfig(population_weight=1.0, observed_client=0)

@@ -35,10 +35,14 @@ def test_pld_is_tighter_than_rdp(z, q, rounds):
   assert 0.5 * rdp < pld <= rdp
 
 
-def test_pld_fixed_size_is_unsupported():
-  with pytest.raises(accountants.UnsupportedAccountingError, match="PLDAccountant"):
-    accountants.compute_epsilon(1.0, 0.1, 10, DELTA, sampler="fixed_size",
-                                population_size=100, accountant="pld")
+def test_pld_fixed_size_is_supported_and_below_rdp():
+  """Issue 30 (F9): sampling without replacement has a PLD (Dong, Roth, Su 2022,
+  Thm. 4.2), tighter than the RDP bound of Wang, Balle, Kasiviswanathan; it used to be
+  refused. Its validity is tested in test_observation.py."""
+  kw = dict(sampler="fixed_size", population_size=100)
+  pld = accountants.compute_epsilon(1.0, 0.1, 10, DELTA, accountant="pld", **kw)
+  rdp = accountants.compute_epsilon(1.0, 0.1, 10, DELTA, **kw)
+  assert 0 < pld < rdp
 
 
 @pytest.mark.parametrize("name,value", [
@@ -65,6 +69,7 @@ def _convergence_records(records):
 def test_dp_accounting_itself_warns_on_every_compose(caplog):
   """The premise of the log-hygiene code: dp-accounting 0.6.0 warns per order and call."""
   caplog.set_level(logging.WARNING)
+  caplog.set_level(logging.WARNING, logger="absl")  # whatever an earlier test left
   acc = dp_rdp.RdpAccountant()
   acc.compose(poisson(1.0, 0.1))
   acc.compose(poisson(1.0, 0.1))
@@ -73,6 +78,7 @@ def test_dp_accounting_itself_warns_on_every_compose(caplog):
 
 def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
   caplog.set_level(logging.WARNING)
+  caplog.set_level(logging.WARNING, logger="absl")  # whatever an earlier test left
   caplog.set_level(logging.DEBUG, logger=accountants.__name__)
   composes = []
   original_compose = dp_rdp.RdpAccountant.compose
@@ -105,6 +111,7 @@ def test_100_recorded_rounds_emit_at_most_one_warning(caplog, monkeypatch):
 
 def test_deduplication_silences_only_the_convergence_warning(caplog):
   caplog.set_level(logging.WARNING)
+  caplog.set_level(logging.WARNING, logger="absl")  # whatever an earlier test left
   caplog.set_level(logging.DEBUG, logger=accountants.__name__)  # its summary: DEBUG
   with accountants.deduplicate_rdp_convergence_warnings():
     dp_rdp.RdpAccountant().compose(poisson(0.9, 0.1), 3)

@@ -3,6 +3,7 @@ on the code before the fix (the old value is stated) and passes now."""
 
 
 import dp_accounting
+from dp_accounting.rdp import rdp_privacy_accountant
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -86,7 +87,10 @@ def test_per_client_noise_reports_the_population_minimum_even_when_not_sampled()
     _, m = fn(state, data, alg.hparams, jax.random.key(seed))
     assert float(m.noise_multiplier) == pytest.approx(0.5)
     np.testing.assert_allclose(np.asarray(m.client_noise_multipliers), z)
-    assert float(m.sampling_rate) == 1.0  # local noise: no amplification claimed
+    # The real rate (issue 30, F6); local noise's uploads are attributable, so the
+    # ledger composes visible participation, never amplification.
+    assert float(m.sampling_rate) == pytest.approx(0.01)
+  assert alg.privacy.observation == "attributable"
 
 
 def test_per_client_ledger_accounts_every_client_in_every_round():
@@ -120,10 +124,21 @@ def test_per_client_run_through_the_driver():
   assert sched.noise_multiplier.shape == (4, 6)
   state, recs = run_rounds(alg.round_fn, alg.init(jax.random.key(0)), data, sched,
                            jax.random.key(1), rounds=4, block_size=2, ledger=led)
-  expected = accountants.compute_epsilon(0.8, 1.0, 4, 1e-5)  # plain Gaussian, every round
-  assert recs[-1]["epsilon"] == pytest.approx(expected, rel=1e-6)  # float32 z
-  assert led.epsilons()[3] == pytest.approx(accountants.compute_epsilon(3.0, 1.0, 4, 1e-5),
-                                            rel=1e-6)
+  # Attributable uploads (issue 30): each round is a Gaussian release with the
+  # probability 1/2 that the client takes part (visible participation), whose RDP is
+  # log(1 - q + q exp((a - 1) a / (2 z^2))) / (a - 1); composed 4 times.
+  def visible(zc):
+    orders = np.asarray(accountants.DEFAULT_RDP_ORDERS)
+    half = np.log(0.5)
+    rdp = 4 * np.logaddexp(half, half + (orders - 1) * orders / (2 * zc ** 2)) / (orders - 1)
+    return rdp_privacy_accountant.compute_epsilon(orders, rdp, 1e-5)[0]
+  z32 = float(np.float32(0.8))
+  assert recs[-1]["epsilon"] == pytest.approx(visible(z32), rel=1e-6)
+  assert led.epsilons()[3] == pytest.approx(visible(3.0), rel=1e-6)
+  # Tighter than a Gaussian in every round (no benefit from sampling at all), looser
+  # than the Poisson amplification the sender's visibility rules out.
+  assert accountants.compute_epsilon(0.8, 0.5, 4, 1e-5) < recs[-1]["epsilon"] < \
+      accountants.compute_epsilon(0.8, 1.0, 4, 1e-5)
   with pytest.raises(FedJaxDpError, match="PerClientLedger"):
     run_rounds(alg.round_fn, state, data, sched, jax.random.key(1), rounds=1,
                ledger=PrivacyLedger(1e-5))

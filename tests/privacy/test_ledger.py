@@ -88,7 +88,7 @@ def test_heterogeneous_geometric_schedule_matches_dp_accounting():
   assert abs(eps_rdp - homogeneous) > 0.05
 
 
-def test_fixed_size_ledger_uses_replace_one_and_rdp_only():
+def test_fixed_size_ledger_uses_replace_one_with_both_accountants():
   ledger = PrivacyLedger(DELTA, sampler="fixed_size", population_size=100)
   ledger.record_many(np.full(5, 1.5, np.float32), np.full(5, 0.1, np.float32), 1)
   event = dp_accounting.SampledWithoutReplacementDpEvent(
@@ -97,9 +97,10 @@ def test_fixed_size_ledger_uses_replace_one_and_rdp_only():
   assert ledger.neighboring_relation == "replace_one"
   assert ledger.epsilon() == pytest.approx(
       direct_rdp_epsilon([event] * 5, relation=REPLACE_ONE), rel=1e-12)
-  assert not ledger.supports("pld") and ledger.supports("rdp")
-  with pytest.raises(accountants.UnsupportedAccountingError, match="fixed_size"):
-    ledger.epsilon(accountant="pld")
+  assert ledger.supports("pld") and ledger.supports("rdp")  # issue 30 (F9)
+  assert ledger.epsilon(accountant="pld") == pytest.approx(accountants.event_epsilon(
+      dp_accounting.SelfComposedDpEvent(event, 5), DELTA, "pld"), rel=1e-9)
+  assert ledger.epsilon(accountant="pld") < ledger.epsilon()
   # A fixed cohort size given at construction must match the recorded rate.
   fixed = PrivacyLedger(DELTA, sampler="fixed_size", population_size=100, cohort_size=10)
   with pytest.raises(FedJaxDpError, match="sampling_rate"):

@@ -143,10 +143,11 @@ def test_round_noise_std_with_zero_updates(noise_mode):
   np.testing.assert_allclose(float(metrics.noise_stddev), z * c, rtol=1e-6)
   np.testing.assert_allclose(float(metrics.noise_multiplier), z, rtol=1e-6)
   np.testing.assert_allclose(float(metrics.sensitivity), c, rtol=1e-6)
-  # Local noise under Poisson sampling: a client's noise arrives with its update, so its
-  # participation is visible and the round's DpEvent claims no amplification (q = 1).
-  np.testing.assert_allclose(float(metrics.sampling_rate),
-                             q if noise_mode == "central" else 1.0, rtol=1e-6)
+  # The round reports the cohort's real sampling rate in both modes; whether it amplifies
+  # is the observation model's business (local noise: the server sees each sender, the
+  # ledger composes VisibleParticipationDpEvent). Issue 30 (F6): reporting 1 here made
+  # the ledger compute the cohort-overflow probability at rate 1.
+  np.testing.assert_allclose(float(metrics.sampling_rate), q, rtol=1e-6)
   assert int(metrics.dp_steps) == 1
   # Noise is fresh each round (round counter advances) and reproducible per seed.
   state2, _ = round_fn(new_state, _population(n_clients), hp, jax.random.key(0))
