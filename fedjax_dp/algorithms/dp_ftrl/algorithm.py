@@ -30,8 +30,11 @@ Privacy (user level, add/remove one client; sensitivity S of the sum; the epsilo
 the participation schedule to be enforced by the deployment):
 
 * tree: a client is in at most one round of each tree (``restart_every <= R``):
-  composition over trees of dp_accounting's ``SingleEpochTreeAggregationDpEvent``
-  (Kairouz et al. 2021, Appendix D), no amplification claimed;
+  GaussianDpEvent(z / sqrt(sens^2)), sens^2 = the largest over the groups of the number
+  of released tree nodes holding one of the group's rounds (Kairouz et al. 2021, Sec. 4
+  and Appendix D; exact for the cyclic schedule, at most dp_accounting's
+  ``SingleEpochTreeAggregationDpEvent`` composed over the trees, equal when
+  ``restart_every == R``), no amplification claimed;
 * banded / independent (banded with b = 1, C = I): with ``group_rate == 1``,
   GaussianDpEvent(z / sqrt(sens^2)), sens^2 = the largest over the groups of the sum of
   ||C[:, t]||^2 over the group's rounds (exact for min-separation R >= b, whose columns
@@ -98,9 +101,10 @@ def participation_note(mechanism: str, sampler: CyclicSampler, restart_every: Op
           + "; the deployment must enforce this schedule for the epsilon to hold. ")
   if mechanism == "tree":
     text += (f"Tree aggregation restarted every {restart_every} <= {r} rounds: each client "
-             "is in each tree at most once; epsilon composes dp_accounting's "
-             "SingleEpochTreeAggregationDpEvent over the trees; no amplification by "
-             "sampling is claimed.")
+             "is in each tree at most once; epsilon is one Gaussian release whose "
+             "sensitivity^2 is the largest number, over the groups, of released tree "
+             "nodes holding one of the group's rounds; no amplification by sampling is "
+             "claimed.")
   elif mechanism == "banded":
     text += (f"Banded matrix factorisation with {bands} band(s), min-separation {r} >= "
              f"{bands}: " + ("amplified banded MF event (cyclic Poisson, Choquette-Choo et "
@@ -309,8 +313,10 @@ def run_sensitivity_squared(config, rounds: int) -> Optional[np.ndarray]:
   ``Algorithm.config`` is ``config`` (None under amplification, whose event is not one
   Gaussian: banded / independent with group_rate < 1):
 
-  * tree: ``k L(T) + L(rest)``, the tree nodes a client's leaves are in over the trees
-    (`fedjax_dp.algorithms.dp_ftrl.accounting.tree_sensitivity_squared`);
+  * tree: the largest over the groups of the number of released tree nodes holding one
+    of the group's rounds (`fedjax_dp.algorithms.dp_ftrl.accounting
+    .tree_sensitivity_squared` with the cycle length; ``k L(T) + L(rest)`` when
+    ``restart_every == R``);
   * banded / independent (C = I): the largest over the groups of the sum of ``|C^T C|``
     over the group's rounds (`accounting.banded_sensitivity_squared`), with min-separation
     R >= b the sum of squared column norms (independent: ``ceil(t / R)``).
@@ -319,7 +325,8 @@ def run_sensitivity_squared(config, rounds: int) -> Optional[np.ndarray]:
   """
   mech, r_cyc = config["mechanism"], config["cycle_length"]
   if mech == "tree":
-    return np.asarray([ftrl_accounting.tree_sensitivity_squared(t, config["restart_every"])
+    return np.asarray([ftrl_accounting.tree_sensitivity_squared(t, config["restart_every"],
+                                                                r_cyc)
                        for t in range(1, rounds + 1)], np.float64)
   if config["group_rate"] < 1:
     return None

@@ -3,8 +3,10 @@ in ``fedjax-dp run --algorithm dp_ftrl`` (`fedjax_dp.algorithms.dp_ftrl.algorith
 
 Every round's record carries the mechanism's accounting parameters (``ftrl_*``: the
 mechanism, the cycle length, the group rate, the tree's restart period, the bands, the
-strategy and the rounds C was built for, the sensitivity^2 the epsilon uses), so that
-epsilon can be recomputed from metrics.jsonl alone.
+strategy and the rounds C was built for, the sensitivity^2 the epsilon uses: for the
+tree, the largest over the groups of the number of released tree nodes holding one of
+the group's rounds, `accounting.tree_sensitivity_squared` with the cycle length), so
+that epsilon can be recomputed from metrics.jsonl alone.
 """
 
 from __future__ import annotations
@@ -110,6 +112,14 @@ class DpFtrl(FederatedAlgorithm):
   default_noise_multiplier = 2.0
   function = staticmethod(dp_ftrl)
   metric_labels = {f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in ROUND_FIELDS}
+  summary_labels = {
+      "mechanism": (disclosure.PUBLIC, "configuration: no client data"),
+      "participation": (disclosure.PUBLIC, "the public participation schedule (groups from "
+                        "a public seed)"),
+      "sensitivity_squared": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      "effective_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      "sensitivity_note": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+  }
 
   def validate(self, options, run) -> None:
     check_choices(options)
@@ -193,6 +203,9 @@ class DpFtrl(FederatedAlgorithm):
             "L2 sensitivity S of the clipped update sum per round; over the run, epsilon "
             "is that of one Gaussian release with sensitivity S * sqrt(sensitivity_squared)"
             " (effective_noise_multiplier = z / sqrt(sensitivity_squared))"
+            + ("; tree: sensitivity_squared is the largest over the groups of the number "
+               "of released tree nodes (completed dyadic sums) holding one of the group's "
+               "rounds" if c["mechanism"] == "tree" else "")
             if sens2 else "amplified event (cyclic Poisson sampling): see privacy_note"),
     }
 

@@ -1,7 +1,9 @@
 """DP-FTRL end to end (`fedjax-dp run --algorithm dp_ftrl`): tree, banded and independent
 noise learn on a small task; epsilon recomputed from metrics.jsonl alone with
-dp_accounting (its own events: the tree's SingleEpochTreeAggregationDpEvent per tree, the
-banded C rebuilt with jax-privacy and its sensitivity computed here); calibration to
+dp_accounting (the tree's sensitivity counted here from the released dyadic nodes and the
+groups' rounds, and cross-checked against dp_accounting's
+SingleEpochTreeAggregationDpEvent per tree when T = R; the banded C rebuilt with
+jax-privacy and its sensitivity computed here); calibration to
 --target-epsilon; the equal-epsilon comparison behind the tree's claim; resume refused
 where C was built for fewer rounds; argument errors."""
 
@@ -63,6 +65,25 @@ def _banded_matrix(n, bands, strategy):
   return c / np.linalg.norm(c, axis=0, keepdims=True)
 
 
+def _tree_sens2(rounds, restart_every, cycle):
+  """The tree's sensitivity^2 from its definition: each tree (``restart_every``
+  consecutive rounds, the last one partial) releases the dyadic blocks its prefix sums
+  1..m are made of (binary decomposition of each prefix length); a client of group g
+  (rounds t = g mod ``cycle``) adds S per own round to each block, so ||A u_g||^2 = the
+  sum over blocks of (its rounds in the block)^2; the worst group."""
+  blocks = set()
+  for start in range(0, rounds, restart_every):
+    m = min(restart_every, rounds - start)
+    for s in range(1, m + 1):
+      lo = 0
+      for j in reversed(range(s.bit_length())):
+        if (s >> j) & 1:
+          blocks.add((start + lo, start + lo + 2 ** j))
+          lo += 2 ** j
+  return float(max(sum(len(range(a + (g - a) % cycle, b, cycle)) ** 2 for a, b in blocks)
+                   for g in range(cycle)))
+
+
 def recompute(rows):
   """(epsilon RDP, epsilon PLD, sensitivity^2) of the run from its metrics rows alone."""
   z = rows[0]["noise_stddev"] / rows[0]["sensitivity"]
@@ -76,13 +97,19 @@ def recompute(rows):
   if mech == "tree":
     re = rows[0]["ftrl_restart_every"]
     assert re <= cyc  # each client in each tree at most once
-    trees = [re] * (t // re) + ([t % re] if t % re else [])
-    events = [dp_accounting.SingleEpochTreeAggregationDpEvent(z, s) for s in trees]
-    # dp_accounting's RDP takes the tree under REPLACE_SPECIAL (zero-out; the same
-    # Gaussian arithmetic as add/remove); one tree is a Gaussian of sensitivity sqrt(depth).
-    eps_rdp = dp_rdp.RdpAccountant(neighboring_relation=REL.REPLACE_SPECIAL).compose(
-        dp_accounting.ComposedDpEvent(events)).get_epsilon(rows[0]["delta"])
-    sens2 = float(sum(_depth(s) for s in trees))
+    sens2 = _tree_sens2(t, re, cyc)
+    eps_rdp = dp_rdp.RdpAccountant(neighboring_relation=REL.ADD_OR_REMOVE_ONE).compose(
+        dp_accounting.GaussianDpEvent(z / math.sqrt(sens2))).get_epsilon(rows[0]["delta"])
+    if re == cyc:  # group 0 is every tree's first leaf: dp_accounting's tree per tree
+      trees = [re] * (t // re) + ([t % re] if t % re else [])
+      events = [dp_accounting.SingleEpochTreeAggregationDpEvent(z, s) for s in trees]
+      # dp_accounting's RDP takes the tree under REPLACE_SPECIAL (zero-out; the same
+      # Gaussian arithmetic as add/remove); one tree is a Gaussian of sensitivity
+      # sqrt(depth).
+      assert sens2 == float(sum(_depth(s) for s in trees))
+      assert dp_rdp.RdpAccountant(neighboring_relation=REL.REPLACE_SPECIAL).compose(
+          dp_accounting.ComposedDpEvent(events)).get_epsilon(
+              rows[0]["delta"]) == pytest.approx(eps_rdp, rel=1e-9)
   else:
     if mech == "banded":
       c = _banded_matrix(rows[0]["ftrl_strategy_rounds"], rows[0]["ftrl_bands"],
@@ -123,6 +150,30 @@ def test_run_learns_and_epsilon_from_metrics_alone(tmp_path, mechanism):
     assert sens2 == pytest.approx(3.0, rel=1e-6)
   if "--target-epsilon" in CASES[mechanism]:  # calibration hits the target, from below
     assert s["epsilon"] == pytest.approx(20.0, rel=1e-3) and s["epsilon"] <= 20.0 + 1e-9
+
+
+def test_tree_restarted_within_the_cycle_epsilon_from_metrics_alone(tmp_path):
+  """--restart-every 3 < R = 4 over 10 rounds (trees of 3, 3, 3, 1 rounds): the worst
+  client (group 0: rounds 0, 4, 8, leaves 1, 2, 3 of trees 0, 1, 2) is in 2 + 1 + 1 = 4
+  released nodes, not the 2 + 2 + 2 + 1 = 7 of charging every tree its depth; at z = 1,
+  delta = 1e-3, epsilon RDP 8.42 (not 12.15), PLD 7.58 (not 11.02)."""
+  out = tmp_path / "tree3"
+  rc = cli.main(["run", "--algorithm", "dp_ftrl", "--mechanism", "tree", *SYNTH,
+                 "--restart-every", "3", "--noise-multiplier", "1.0", "--out", str(out)])
+  assert rc == 0
+  rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+  s = json.loads((out / "summary.json").read_text())
+  assert rows[0]["ftrl_restart_every"] == 3 and rows[0]["ftrl_cycle_length"] == 4
+  eps_rdp, eps_pld, sens2 = recompute(rows)
+  assert sens2 == 4.0
+  assert [r["ftrl_sensitivity_squared"] for r in rows] == [
+      _tree_sens2(t, 3, 4) for t in range(1, 11)]
+  assert s["sensitivity_squared"] == 4.0
+  assert s["epsilon_rdp"] == pytest.approx(eps_rdp, rel=1e-6)
+  assert s["epsilon_pld"] == pytest.approx(eps_pld, rel=1e-6)
+  assert rows[-1]["epsilon"] == pytest.approx(eps_rdp, rel=1e-6)
+  assert eps_rdp == pytest.approx(8.416, abs=2e-3)
+  assert eps_pld == pytest.approx(7.581, abs=2e-3)
 
 
 def test_equal_epsilon_tree_versus_independent_noise():
