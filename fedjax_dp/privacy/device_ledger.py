@@ -2,18 +2,35 @@
 Gaussian releases over the rounds it released in (record-level DP on each device's own
 data); the run's guarantee is the worst device's. Used by DP-MOCHA (paper 002, note 002
 Sec. 14.18: replace-one, dropped devices release nothing) and LAPA (paper 001: every
-device's noise, artificial plus channel, differs per round).
+device's artificial noise differs per round and is chosen adaptively from earlier noisy
+releases, so its ledger is a privacy filter, below; the wireless channel's noise is not
+counted).
 
 Every release of every round is a Gaussian mechanism without amplification (DP-MOCHA:
 the SDCA coordinate draws are with replacement over a state that depends on every
 sample, and the server sees who uploaded, so neither the paper's q nor its p is claimed;
-LAPA: no sampling is claimed). Gaussian
-mechanisms compose exactly into one Gaussian mechanism: k releases with noise
+LAPA: no sampling is claimed, and the base station sees each upload with its sender).
+Gaussian mechanisms compose exactly into one Gaussian mechanism: k releases with noise
 multipliers z_1..z_k are, for every (epsilon, delta), exactly as private as one with
 z = (sum_j z_j^-2)^-1/2 (their privacy loss distributions are Gaussians whose means and
 variances add; Dong, Roth, Su 2019, Cor. 3.3, mu-GDP composition). So a device's whole
 history is one number, rho_t = sum over its releases of z^-2, and its epsilon is that of
 ``GaussianDpEvent(rho_t^-1/2)`` under dp-accounting's RDP or PLD accountant.
+
+**Privacy filter** (``budgets``; LAPA, whose per-round noise is chosen adaptively from
+earlier noisy releases): the realised rho_t of adaptively chosen Gaussian mechanisms is
+not a guarantee (the noise of a later release depends on earlier outputs). If every
+device's sum of z^-2 over its releases never exceeds a budget B_i fixed before the
+run, the whole adaptive composition is mu-GDP with mu = sqrt(B_i) (fully adaptive
+composition: Smith and Thakurta, "Fully adaptive composition for Gaussian differential
+privacy", arXiv 2203.05481; Whitehouse, Ramdas, Rogers, Wu, ICML 2023; Feldman and Zrnic,
+"Individual privacy accounting via a Renyi filter", NeurIPS 2021), i.e. exactly as private
+as one Gaussian mechanism with z = B_i^-1/2. A ledger made with ``budgets`` reports that
+bound: a device's epsilon is that of its budget (of its realised rho if larger, within
+the float tolerance `FILTER_TOLERANCE`), and +inf if its realised rho exceeded the budget
+(the filter was not enforced: no bound holds) -- e.g. an upload without noise. The
+realised composition stays available (`realised_epsilons`, `realised_worst_epsilon`),
+labelled as such by the caller: it is not a guarantee under adaptive budgets.
 
 `DeviceLedger` follows the per-client ledger protocol of
 `fedjax_dp.privacy.per_client.PerClientLedger` (``record_many``, ``epsilons``,
@@ -36,6 +53,10 @@ from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check
 
 _FORMAT = "fedjax_dp.privacy.DeviceLedger"
 _VERSION = 1
+#: Relative float tolerance of the filter check: a realised rho up to budget (1 + this)
+#: counts as within the budget (the rounds report float32 noise multipliers); the bound
+#: reported is then that of the realised rho itself.
+FILTER_TOLERANCE = 1e-5
 
 
 def gaussian_epsilon(rho: float, delta: float, accountant: str = "rdp") -> float:
@@ -64,6 +85,32 @@ def gaussian_epsilon(rho: float, delta: float, accountant: str = "rdp") -> float
   return float(acc.get_epsilon(delta))
 
 
+def rho_for_epsilon(epsilon: float, delta: float, accountant: str = "rdp") -> float:
+  """The largest rho (sum of z^-2) whose Gaussian mechanism has epsilon <= ``epsilon`` at
+  ``delta`` under ``accountant`` (`gaussian_epsilon`, monotone in rho; bisection to a
+  relative 1e-10, the result on the safe side).
+
+  Raises:
+    FedJaxDpError: epsilon not a finite number > 0, bad delta or accountant.
+  """
+  check_choice("accountant", accountant, ACCOUNTANTS)
+  delta = check_delta(delta)
+  if isinstance(epsilon, bool) or not (isinstance(epsilon, (int, float, np.floating))
+                                       and math.isfinite(epsilon) and epsilon > 0):
+    raise FedJaxDpError(f"epsilon must be a finite number > 0, got {epsilon!r}.",
+                        option="epsilon")
+  lo, hi = 0.0, 1.0
+  while gaussian_epsilon(hi, delta, accountant) <= epsilon:
+    lo, hi = hi, hi * 2.0
+  while hi - lo > 1e-10 * hi:
+    mid = 0.5 * (lo + hi)
+    if gaussian_epsilon(mid, delta, accountant) <= epsilon:
+      lo = mid
+    else:
+      hi = mid
+  return lo
+
+
 class DeviceLedger:
   """Per-device exact composition of unamplified Gaussian releases (module docstring).
 
@@ -74,11 +121,16 @@ class DeviceLedger:
     eps = ledger.epsilons()               # float64 [30]
   """
 
-  def __init__(self, num_clients: int, delta: float, population_size: int = 1):
+  def __init__(self, num_clients: int, delta: float, population_size: int = 1,
+               budgets: Any = None):
     """Args:
       num_clients: m >= 1 devices.
       delta: the delta of every epsilon, in (0, 1).
       population_size: only for `worst_ledger`'s plain-Gaussian event (any m = n).
+      budgets: None (report the realised composition), or float ``[m]`` (or a scalar)
+        B_i >= 0 (+inf allowed): the privacy filter's budget on each device's sum of
+        z^-2, fixed before the run (module docstring); the ledger then reports the
+        filter's bound.
 
     Raises:
       FedJaxDpError: invalid arguments.
@@ -86,6 +138,14 @@ class DeviceLedger:
     self._n = check_int("num_clients", num_clients, minimum=1)
     self._delta = check_delta(delta)
     self._population = check_int("population_size", population_size, minimum=1)
+    self._budgets = None
+    if budgets is not None:
+      b = np.broadcast_to(np.asarray(budgets, np.float64), (self._n,)).copy() \
+          if np.ndim(budgets) == 0 else np.asarray(budgets, np.float64)
+      if b.shape != (self._n,) or np.any(np.isnan(b)) or np.any(b < 0):
+        raise FedJaxDpError(f"budgets must be {self._n} values >= 0 (inf allowed), got "
+                            f"{budgets!r}.", option="budgets")
+      self._budgets = b
     self._rho = np.zeros(self._n, np.float64)
     self._releases = np.zeros(self._n, np.int64)
     self._rounds = 0
@@ -107,6 +167,31 @@ class DeviceLedger:
   def rho(self) -> np.ndarray:
     """float64 ``[m]``: every device's sum of z^-2 so far (a copy)."""
     return self._rho.copy()
+
+  @property
+  def budgets(self) -> Optional[np.ndarray]:
+    """float64 ``[m]``: the filter's budgets (a copy), or None without a filter."""
+    return None if self._budgets is None else self._budgets.copy()
+
+  @property
+  def filtered(self) -> bool:
+    """Whether the ledger reports a privacy filter's bound (``budgets`` given)."""
+    return self._budgets is not None
+
+  def within_budget(self) -> np.ndarray:
+    """bool ``[m]``: each device's realised rho is within its budget (all True without
+    a filter)."""
+    if self._budgets is None:
+      return np.ones(self._n, bool)
+    return self._rho <= self._budgets * (1.0 + FILTER_TOLERANCE)
+
+  def guarantee_rho(self) -> np.ndarray:
+    """float64 ``[m]``: the rho whose Gaussian mechanism each device's epsilon is: the
+    realised rho without a filter; with one, the budget (or the realised rho, if larger
+    within the tolerance), +inf for a device past its budget."""
+    if self._budgets is None:
+      return self._rho.copy()
+    return np.where(self.within_budget(), np.maximum(self._budgets, self._rho), np.inf)
 
   @property
   def releases(self) -> np.ndarray:
@@ -160,42 +245,66 @@ class DeviceLedger:
     self._rho = cum[-1].copy() if len(z) else self._rho
     self._releases += np.sum(~np.isinf(z), axis=0)
     self._rounds += len(z)
+    if self._budgets is not None:   # the filter's bound after every round
+      ok = cum <= self._budgets[None, :] * (1.0 + FILTER_TOLERANCE)
+      cum = np.where(ok, np.maximum(self._budgets[None, :], cum), np.inf)
     return np.array([self._eps(float(r)) for r in cum.max(axis=1)], np.float64)
 
-  def epsilons(self, delta: Optional[float] = None, accountant: str = "rdp") -> np.ndarray:
-    """float64 ``[m]``: every device's epsilon."""
+  def _epsilons_of(self, rhos: np.ndarray, delta: Optional[float],
+                   accountant: str) -> np.ndarray:
     d = self._delta if delta is None else check_delta(delta)
     if accountant == "rdp" and d == self._delta:
-      return np.array([self._eps(float(r)) for r in self._rho])
-    return np.array([gaussian_epsilon(float(r), d, accountant) for r in self._rho])
+      return np.array([self._eps(float(r)) for r in rhos])
+    return np.array([gaussian_epsilon(float(r), d, accountant) for r in rhos])
 
-  def worst_client(self, delta: Optional[float] = None, accountant: str = "rdp") -> int:
-    """The (smallest) id of a device with the largest epsilon (the largest rho)."""
-    return int(np.argmax(self._rho))
+  def epsilons(self, delta: Optional[float] = None, accountant: str = "rdp") -> np.ndarray:
+    """float64 ``[m]``: every device's epsilon (with a filter: its bound)."""
+    return self._epsilons_of(self.guarantee_rho(), delta, accountant)
 
-  def worst_epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
-    """The largest epsilon over devices."""
+  def realised_epsilons(self, delta: Optional[float] = None,
+                        accountant: str = "rdp") -> np.ndarray:
+    """float64 ``[m]``: the epsilon of every device's realised composition, as if its
+    noise had been fixed in advance (the same as `epsilons` without a filter; with
+    adaptively chosen noise it is not a guarantee)."""
+    return self._epsilons_of(self._rho, delta, accountant)
+
+  def realised_worst_epsilon(self, delta: Optional[float] = None,
+                             accountant: str = "rdp") -> float:
+    """The largest realised epsilon over devices (see `realised_epsilons`)."""
     d = self._delta if delta is None else check_delta(delta)
     return gaussian_epsilon(float(self._rho.max()), d, accountant)
 
+  def worst_client(self, delta: Optional[float] = None, accountant: str = "rdp") -> int:
+    """The (smallest) id of a device with the largest epsilon (the largest rho; with a
+    filter, the largest bound)."""
+    return int(np.argmax(self.guarantee_rho()))
+
+  def worst_epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """The largest epsilon over devices (with a filter: the largest bound)."""
+    d = self._delta if delta is None else check_delta(delta)
+    return gaussian_epsilon(float(self.guarantee_rho().max()), d, accountant)
+
   def worst_ledger(self, delta: Optional[float] = None,
                    accountant: str = "rdp") -> PrivacyLedger:
-    """A `PrivacyLedger` holding the worst device's composition as the one Gaussian
-    release it equals (replace-one, no sampling)."""
+    """A `PrivacyLedger` holding the worst device's composition (with a filter: its
+    bound) as the one Gaussian release it equals (replace-one, no sampling)."""
     led = PrivacyLedger(self._delta, sampler="fixed_size", relation="replace_one",
                         population_size=self._population, cohort_size=self._population,
                         privacy_unit="record")
-    rho = float(self._rho.max())
+    rho = float(self.guarantee_rho().max())
     if rho > 0:
       led.record(0.0 if math.isinf(rho) else rho ** -0.5, 1.0, 1)
     return led
 
   def to_dict(self) -> Dict[str, Any]:
     """JSON-serialisable state (`from_dict` restores it; rho may hold inf -> None)."""
-    return {"format": _FORMAT, "version": _VERSION, "num_clients": self._n,
-            "delta": self._delta, "population_size": self._population,
-            "rho": [None if math.isinf(r) else float(r) for r in self._rho],
-            "releases": self._releases.tolist(), "rounds": self._rounds}
+    out = {"format": _FORMAT, "version": _VERSION, "num_clients": self._n,
+           "delta": self._delta, "population_size": self._population,
+           "rho": [None if math.isinf(r) else float(r) for r in self._rho],
+           "releases": self._releases.tolist(), "rounds": self._rounds}
+    if self._budgets is not None:
+      out["budgets"] = [None if math.isinf(b) else float(b) for b in self._budgets]
+    return out
 
   @classmethod
   def from_dict(cls, state: Dict[str, Any]) -> "DeviceLedger":
@@ -208,12 +317,18 @@ class DeviceLedger:
         state.get("version") != _VERSION:
       raise FedJaxDpError(f"state must come from DeviceLedger.to_dict() (format "
                           f"{_FORMAT!r}, version {_VERSION}).")
-    out = cls(state["num_clients"], state["delta"], state.get("population_size", 1))
+    budgets = state.get("budgets")
+    if budgets is not None:
+      budgets = [math.inf if b is None else b for b in budgets]
+    out = cls(state["num_clients"], state["delta"], state.get("population_size", 1),
+              budgets=budgets)
     out._rho = np.array([math.inf if r is None else r for r in state["rho"]], np.float64)
     out._releases = np.asarray(state["releases"], np.int64)
     out._rounds = int(state["rounds"])
     return out
 
   def __repr__(self) -> str:
+    filt = ("" if self._budgets is None else
+            f", filter budgets up to {self._budgets.max():.4g}")
     return (f"DeviceLedger(num_clients={self._n}, rounds={self._rounds}, "
-            f"worst_rho={self._rho.max():.4g})")
+            f"worst_rho={self._rho.max():.4g}{filt})")

@@ -1,7 +1,9 @@
 """Paper 001 (Sun, Liu, Ni, Wang, Geng, Lai, Jamalipour, arXiv 2505.19823): LAPA,
 per-device adaptive privacy budgets for wireless federated learning, with Wasserstein
 aggregation weights, SER-threshold device selection, channel noise and the dynamic
-noise switch-off, and DDPG transmit-power optimisation.
+noise switch-off, and DDPG transmit-power optimisation. The guarantee (`algorithm`)
+counts the artificial noise and the noisy label histograms only, as a privacy filter's
+bound; the paper's channel-noise accounting is reported beside it as an assumption.
 
 Modules: `channel` (uplink: geometry, path loss eq. 39, Rayleigh channels, SNR eq. 6,
 SER, decoded channel noise, selection eq. 22), `aggregation` (FedAvg, BEDA/FedAdp,

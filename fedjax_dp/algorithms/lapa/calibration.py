@@ -125,8 +125,11 @@ def switch_ready(sigma_next: Any, sigma_channel: Any, selected: Any) -> jnp.ndar
   """The dynamic noise switch-off rule (eq. 23 [R?]): True iff at least one device is
   selected and every selected device i has sigma_channel_i > 0 and
   sigma_next_i <= sigma_channel_i, i.e. the artificial noise LAPA would add next round is
-  no larger than the decoded channel noise, which is then taken to provide the DP
-  (note 2.8, 2.11; T_th is the first round where this holds).
+  no larger than the decoded channel noise, which the paper then takes to provide the DP
+  (note 2.8, 2.11; T_th is the first round where this holds). That is the paper's
+  assumption, not ours: on its digital (BPSK/QPSK) link the channel adds bit errors, not
+  Gaussian noise, so the run's guarantee ends at the switch (issue 30;
+  `fedjax_dp.algorithms.lapa.algorithm`).
 
   Pure jnp, never raises; NaN entries of selected devices count as not ready.
 

@@ -1,6 +1,8 @@
 """Paper 001 (LAPA) in ``fedjax-dp run``: its options, the 15 devices (IID/non-IID
 mixture with quantity skew) in two regions around the base station, the uplink, and the
-paper's basic-composition budget beside the accountant's per-device epsilons."""
+run's guarantee (a privacy filter's bound on the artificial noise and the noisy label
+histograms) beside the realised composition, the paper's channel-noise assumption and
+the paper's basic-composition budget, each labelled as what it is."""
 
 from __future__ import annotations
 
@@ -8,19 +10,24 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Union
 
 import numpy as np
 
 from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
                                             check_choices)
-from fedjax_dp.algorithms.lapa import allocators, channel
-from fedjax_dp.algorithms.lapa.algorithm import AGGREGATORS, CLIPPINGS, lapa
+from fedjax_dp.algorithms.lapa import aggregation, allocators, channel
+from fedjax_dp.algorithms.lapa.algorithm import (AGGREGATORS, CLIPPINGS,
+                                                 DEFAULT_LABEL_NOISE_MULTIPLIER,
+                                                 FILTER_BUDGETS, LABEL_STATISTICS, lapa)
 from fedjax_dp.privacy import device_ledger, disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
                                   check_non_negative, check_positive, check_probability)
 
 CHANNELS = ("practical", "ideal")
+_CHANNEL = "channel state and powers: no client data"
+_NOISY = "from the noisy budgets (post-processing of the DP releases)"
+_ACCT = "accounting of the noise added: no client data"
 
 
 @dataclasses.dataclass
@@ -55,8 +62,22 @@ class LapaOptions:
   modulation: Literal["bpsk", "qpsk"] = "bpsk"
   """symbol mapping of the SER (note C6)"""
   switch: bool = True
-  """the dynamic noise control (eq. 23): no artificial noise once channel noise alone
-  meets every scheduled device's next budget"""
+  """the dynamic noise control (eq. 23, the paper's): no artificial noise once channel
+  noise alone meets every scheduled device's next budget; the channel noise is no DP
+  noise on a digital link, so from that round on the run has NO guarantee (epsilon inf):
+  --no-switch keeps the artificial noise on"""
+  label_statistics: Literal[LABEL_STATISTICS] = "dp"
+  """the Wasserstein weights' label statistics: dp (each device's label histogram
+  released once with Gaussian noise, in the guarantee) or exact (the paper's; not
+  covered: the run's epsilon is inf)"""
+  label_noise_multiplier: float = DEFAULT_LABEL_NOISE_MULTIPLIER
+  """z_h of the label-histogram release (noise SD sqrt(2) z_h per count: replace-one
+  moves two counts by 1); its 1/z_h^2 = 0.25 is added to each device's rho"""
+  filter_budget: Union[float, Literal[FILTER_BUDGETS]] = "uniform"
+  """the privacy filter's budget on each device's sum of z^-2 over its uploads, fixed
+  before training (the guarantee is its bound): uniform (what eps_T / T every round
+  spends), cap (what any allocation within the paper's sum eps_i[t] <= eps_T can spend;
+  never binds) or an epsilon (every device's guarantee at --delta)"""
   num_iid: int = 5
   """IID devices (placed first; the note's default composition 5 IID + 10 non-IID)"""
   num_non_iid: int = 10
@@ -114,13 +135,54 @@ class Lapa(FederatedAlgorithm):
       "epsilon_devices": (disclosure.DP, "from the received noisy gradients"),
       "sigma_devices": (disclosure.DP, "c Delta_s / eps_i, from the noisy gradients"),
       "sigma_channel": (disclosure.PUBLIC, "channel state and powers"),
-      "aggregation_weights": (disclosure.DIAGNOSTIC, "Wasserstein and FedAvg weights use "
-                              "each device's label distribution or size (eqs. 2, 20)"),
+      "aggregation_weights": (disclosure.DP, "post-processing of the noisy label "
+                              "histograms (Wasserstein), of the noisy uploads (BEDA) or "
+                              "of the record counts, public under replace-one (FedAvg)"),
+      "aggregation_weights_exact": (disclosure.DIAGNOSTIC, "from each device's exact label "
+                                    "distribution (--label-statistics exact, the paper's); "
+                                    "not covered by epsilon"),
+      "label_distances": (disclosure.DP, "post-processing of the noisy label histograms "
+                          "released in round 1"),
+      "label_distances_exact": (disclosure.DIAGNOSTIC, "W1 of each device's exact label "
+                                "distribution (--label-statistics exact, the paper's); not "
+                                "covered by epsilon"),
       "device_uploaded": (disclosure.PUBLIC, "the BS sees who uploads"),
+      "filter_capped": (disclosure.DP, "from the noisy budgets and the public filter "
+                        "budget"),
       "switched": (disclosure.DP, "from the noisy budgets"),
       "switch_round": (disclosure.DP, "from the noisy budgets"),
       "switch_violations": (disclosure.DP, "from the noisy budgets"),
+      "device_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
       "device_noise_multiplier_conditional": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      "device_noise_multiplier_channel_assumption": (disclosure.PUBLIC,
+                                                     disclosure.ACCOUNTING),
+      "device_rho_budget": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      "label_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+  }
+  summary_labels = {
+      **{f: (disclosure.PUBLIC, "configuration: no client data") for f in (
+          "allocator", "aggregator", "channel", "partition", "label_statistics",
+          "label_noise_multiplier", "filter_budget")},
+      **{f: (disclosure.PUBLIC, _CHANNEL) for f in (
+          "selected_devices", "snr_db", "ser", "powers_w", "channel_std")},
+      "device_counts": (disclosure.PUBLIC, "each device's record count |D_i|: the same in "
+                        "every replace-one neighbour (the paper's calibration uses it)"),
+      "ddpg": (disclosure.DP, "DDPG on a pilot run's noise schedule and label weights "
+               "(its DP releases) and the public channel"),
+      "label_distances": (disclosure.DP, "post-processing of the noisy label histograms"),
+      "label_weights": (disclosure.DP, "post-processing of the noisy label histograms"),
+      "diagnostics": (disclosure.DIAGNOSTIC, "exact label statistics (--label-statistics "
+                      "exact, the paper's): not covered by epsilon"),
+      **{f: (disclosure.DP, _NOISY) for f in (
+          "switch_round", "switch_violations", "epsilon_paper_per_device",
+          "epsilon_paper", "classical_condition_holds")},
+      **{f: (disclosure.PUBLIC, _ACCT) for f in (
+          "delta_paper", "epsilon_paper_note", "guarantee_note", "privacy_filter",
+          "epsilon_realised", "epsilon_realised_per_device", "epsilon_realised_note",
+          "epsilon_conditional", "epsilon_conditional_per_device",
+          "epsilon_conditional_note", "epsilon_with_channel_noise_assumption",
+          "epsilon_with_channel_noise_assumption_per_device",
+          "epsilon_with_channel_noise_assumption_note")},
   }
 
   def validate(self, options, run) -> None:
@@ -142,12 +204,16 @@ class Lapa(FederatedAlgorithm):
     check_int("ddpg_episodes", options.ddpg_episodes, minimum=1)
     check_int("ddpg_steps", options.ddpg_steps, minimum=1)
     check_int("window", options.window, minimum=options.history_points)
+    check_positive("label_noise_multiplier", options.label_noise_multiplier)
+    if not isinstance(options.filter_budget, str):
+      check_positive("filter_budget", options.filter_budget)
     for name in ("p_max_dbm", "noise_dbm"):
       if not math.isfinite(float(getattr(options, name))):
         raise FedJaxDpError(f"{name} must be finite.", option=name)
     if run.target_epsilon is not None:
       raise FedJaxDpError("lapa allocates its own budgets from --epsilon-total (the "
-                          "paper's per-device total); --target-epsilon is not used by it.",
+                          "paper's per-device total); --target-epsilon is not used by it "
+                          "(--filter-budget EPSILON caps every device's guarantee).",
                           option="target_epsilon")
     parse_powers(options.powers, options.num_iid + options.num_non_iid,
                  channel.dbm_to_watts(options.p_max_dbm))
@@ -223,7 +289,9 @@ class Lapa(FederatedAlgorithm):
                learning_rate=o.learning_rate, clip_norm=o.clip_norm, delta=run.delta,
                channel_std=link["channel_std"], selected=link["selected"],
                calibration_sensitivity=o.calibration_sensitivity, switch=o.switch,
-               error_scale=o.error_scale)
+               error_scale=o.error_scale, label_statistics=o.label_statistics,
+               label_noise_multiplier=o.label_noise_multiplier,
+               filter_budget=o.filter_budget)
     from fedjax_dp.federated import sharding
     init = alg.init
     alg = dataclasses.replace(  # placed on the mesh like the population: one compilation
@@ -231,13 +299,16 @@ class Lapa(FederatedAlgorithm):
     ddpg_out = None
     if str(o.powers).startswith("ddpg:"):   # Algorithm 3 on the pilot's schedule
       from fedjax_dp.algorithms.lapa import ddpg, power_control
-      sched = power_control.schedule_from_metrics(str(o.powers)[len("ddpg:"):])
+      pilot = str(o.powers)[len("ddpg:"):]
+      sched = power_control.schedule_from_metrics(pilot)
       if sched.shape[1] != n:
         raise FedJaxDpError(f"powers: the pilot run has {sched.shape[1]} devices, this "
                             f"run {n}.", option="powers")
+      weights = power_control.weights_from_metrics(
+          pilot, o.aggregator, np.asarray(setup.data.counts), link["selected"])
       ddpg_out = power_control.optimise_powers(
           sched, link["uplink"].gains, channel.dbm_to_watts(o.noise_dbm), link["kappa"],
-          alg.config["static_weights"], link["selected"], o.learning_rate, dim,
+          weights, link["selected"], o.learning_rate, dim,
           channel.dbm_to_watts(o.p_max_dbm),
           ddpg.DdpgConfig(reward="log", episodes=o.ddpg_episodes,
                           steps_per_episode=o.ddpg_steps, seed=run.seed))
@@ -263,16 +334,36 @@ class Lapa(FederatedAlgorithm):
 
   def summary_fields(self, alg, setup, controller, records) -> Dict[str, Any]:
     c, run = alg.config, setup.run
+    uses_labels = c["aggregator"] == "wasserstein"
+    exact = uses_labels and c["label_statistics"] == "exact"
     out: Dict[str, Any] = {
         "ddpg": c.get("ddpg"), "allocator": c["allocator"], "aggregator": c["aggregator"],
         "channel": c["channel"], "selected_devices": c["selected"],
         "device_counts": np.asarray(setup.data.counts).astype(int).tolist(),
-        "label_distances": c["label_distances"], "snr_db": c["snr_db"], "ser": c["ser"],
+        "snr_db": c["snr_db"], "ser": c["ser"],
         "powers_w": c["powers_w"], "channel_std": c["channel_std"],
         "partition": setup.data.partition,
+        "label_statistics": c["label_statistics"],
+        "label_noise_multiplier": c["label_noise_multiplier"],
+        "filter_budget": c["filter_budget"],
     }
     if not records:
       return out
+    sel = np.asarray(c["selected"], bool)
+    if uses_labels and not exact:
+      dist = np.asarray(records[0]["label_distances"], np.float64)
+      out["label_distances"] = dist.tolist()
+      out["label_weights"] = np.asarray(
+          aggregation.wasserstein_weights(dist, sel)).tolist()
+    elif exact and not run.dp_metrics_only:
+      dist = np.asarray(records[0]["label_distances_exact"], np.float64)
+      out["diagnostics"] = {
+          "label_distances_exact": dist.tolist(),
+          "label_weights_exact": np.asarray(
+              aggregation.wasserstein_weights(dist, sel)).tolist(),
+          "note": "the paper's exact label statistics: computed from the devices' labels "
+                  "without noise, not covered by any epsilon (the run has no guarantee); "
+                  "left out with --dp-metrics-only"}
     switched = [r["switch_round"] for r in records if r.get("switch_round")]
     out["switch_round"] = int(switched[-1]) if switched else (
         int(records[-1]["round"]) + 1 if records[-1].get("switched") else None)
@@ -286,58 +377,127 @@ class Lapa(FederatedAlgorithm):
         "the classical Gaussian mechanism sigma = c Delta_s / eps (eqs. 12-19), summed "
         "over the rounds before the switch and, after it, the budgets the channel noise "
         "is claimed to meet (eq. 23); delta composes to T delta; valid only while every "
-        "eps_i[t] < 1 and with the paper's sensitivity Delta_s = 2C/|D_i|")
+        "eps_i[t] < 1, with the paper's sensitivity Delta_s = 2C/|D_i| and if the channel "
+        "noise were DP noise; not a guarantee")
     out["classical_condition_holds"] = bool(np.all(eps_dev < 1.0))
     out["switch_violations"] = int(sum(r.get("switch_violations", 0) for r in records))
-    if alg.privacy is not None:
-      z = np.array([[np.inf if v is None else v for v in r[
-          "device_noise_multiplier_conditional"]] for r in records], np.float64)  # null: inf
+    z_label = np.array([_inf(r.get("label_noise_multiplier")) for r in records])
+
+    def ledger_of(field, compose_label=False):
+      z = np.array([[_inf(v) for v in r[field]] for r in records], np.float64)
+      if compose_label:  # round 1's label release (the composed fields already hold it)
+        with np.errstate(divide="ignore"):
+          rho = np.where(np.isinf(z), 0.0, np.where(z == 0, np.inf, z ** -2.0))
+          rho_l = np.where(np.isinf(z_label), 0.0,
+                           np.where(z_label == 0, np.inf, z_label ** -2.0))
+          z = (rho + rho_l[:, None]) ** -0.5
       led = device_ledger.DeviceLedger(z.shape[1], run.delta)
       led.record_many(z)
-      out["epsilon_conditional_per_device"] = led.epsilons().tolist()
-      out["epsilon_conditional"] = float(np.max(led.epsilons()))
-      out["epsilon_conditional_note"] = (
-          "the accountant (RDP) on the noise actually added (artificial plus channel), IF "
-          "the paper's sensitivity 2C/|D_i| held; the run's epsilon (the guarantee) uses "
-          "the sensitivity the clipping enforces")
-      out["epsilon_filter_bound"] = filter_bound(c, len(records), run.delta)
+      return led
+
+    if np.any(np.asarray(c["channel_std"]) > 0) and any(
+        "device_noise_multiplier_channel_assumption" in r for r in records):
+      led = ledger_of("device_noise_multiplier_channel_assumption")
+      out["epsilon_with_channel_noise_assumption_per_device"] = led.epsilons().tolist()
+      out["epsilon_with_channel_noise_assumption"] = led.worst_epsilon()
+      out["epsilon_with_channel_noise_assumption_note"] = (
+          "the paper's assumption, NOT a guarantee: the RDP accountant on the realised "
+          "noise with the decoded channel noise counted as Gaussian DP noise (artificial "
+          "plus channel SD over the enforced sensitivity, and the label release). It "
+          "would hold only for analog (uncoded) transmission with a receiver no better "
+          "than assumed and budgets fixed in advance; the paper's link is digital (BPSK/"
+          "QPSK): a demodulated coordinate arrives exactly or with bit errors")
+    if alg.privacy is None:
+      out["guarantee_note"] = (
+          "none: no artificial noise is ever added (allocator none); the channel noise is "
+          "not DP noise, so nothing protects the uploads (epsilon inf)")
+      return out
+    led = ledger_of("device_noise_multiplier")
+    out["epsilon_realised_per_device"] = led.epsilons().tolist()
+    out["epsilon_realised"] = led.worst_epsilon()
+    out["epsilon_realised_note"] = (
+        "NOT a guarantee: the RDP accountant on the noise each device's releases actually "
+        "carried (artificial noise and the label release), as if it had been fixed in "
+        "advance; the budgets were chosen adaptively from earlier noisy releases, so only "
+        "the filter's bound (epsilon) holds")
+    z_cond = ledger_of("device_noise_multiplier_conditional", compose_label=True)
+    out["epsilon_conditional_per_device"] = z_cond.epsilons().tolist()
+    out["epsilon_conditional"] = z_cond.worst_epsilon()
+    out["epsilon_conditional_note"] = (
+        "NOT a guarantee: the accountant (RDP) on the realised noise, artificial plus "
+        "channel, IF the paper's sensitivity 2C/|D_i| held and the channel noise were DP "
+        "noise (the paper's assumptions; budgets taken as fixed in advance)")
+    rho_real = led.rho
+    budget_total = np.asarray(c["rho_budget_total"], np.float64)
+    within = rho_real <= budget_total * (1.0 + device_ledger.FILTER_TOLERANCE)
+    capped = np.sum([r.get("filter_capped", [0] * len(sel)) for r in records], axis=0)
+    out["privacy_filter"] = {
+        "budget": c["filter_budget"], "rho_budget_per_device": c["rho_budget"],
+        "rho_label_release": c["label_rho"], "rho_budget_total_per_device":
+        budget_total.tolist(), "rho_realised_per_device": [
+            None if math.isinf(v) else float(v) for v in rho_real],
+        "within_budget": bool(np.all(within)),
+        "rounds_capped_per_device": np.asarray(capped, int).tolist(),
+        "mu_gdp": math.sqrt(float(np.max(np.where(within, np.maximum(budget_total,
+                                                                      rho_real), np.inf)))),
+        "note": ("each device's sum of z^-2 over its releases (the label histogram and the "
+                 "uploads' artificial noise) is capped at a budget fixed from the "
+                 "configuration before training, the round raising the noise of an upload "
+                 "that would exceed it to spend exactly what is left (none left: no "
+                 "upload); Gaussian mechanisms chosen adaptively under such a cap are "
+                 "mu-GDP with mu^2 = the budget (Smith and Thakurta, arXiv 2203.05481): "
+                 "epsilon is that bound")}
+    if exact:
+      out["guarantee_note"] = (
+          "none (epsilon inf): the Wasserstein weights use each device's exact label "
+          "histogram (--label-statistics exact, the paper's), released without noise; "
+          "use --label-statistics dp for a guarantee")
+    elif out["switch_round"] is not None and out["switch_round"] <= len(records):
+      out["guarantee_note"] = (
+          f"none (epsilon inf): the paper's switch-off (eq. 23) stopped the artificial "
+          f"noise from round {out['switch_round']}; the uploads after it carry only channel "
+          "noise, which is no DP noise on a digital link; rerun with --no-switch to keep "
+          "the artificial noise (and a finite guarantee)")
+    elif not np.all(within):
+      out["guarantee_note"] = ("none (epsilon inf): a device's releases exceeded its "
+                               "filter budget")
+    else:
+      out["guarantee_note"] = (
+          "the privacy filter's bound: every device's releases (its label histogram and "
+          "the artificial noise of its uploads) stay within a budget fixed before "
+          f"training ({c['filter_budget']!r}), so each device is mu-GDP with mu = "
+          f"{out['privacy_filter']['mu_gdp']:.4g} at worst, whatever the adaptive "
+          "budgets; the channel noise is not counted")
     return out
 
   def describe(self, s: Dict[str, Any]) -> List[str]:
     lines = []
+    if s.get("guarantee_note"):
+      lines.append(f"guarantee: {s['guarantee_note']}")
+    extra = []
+    if s.get("epsilon_realised") is not None:
+      extra.append(f"realised composition {s['epsilon_realised']:.4g} (not a guarantee "
+                   "under adaptive budgets)")
+    if s.get("epsilon_with_channel_noise_assumption") is not None:
+      extra.append(f"with the paper's channel-noise assumption "
+                   f"{s['epsilon_with_channel_noise_assumption']:.4g} (conditional)")
+    if s.get("epsilon_conditional") is not None:
+      extra.append(f"with the paper's sensitivity and channel assumption "
+                   f"{s['epsilon_conditional']:.4g} (conditional)")
+    if extra:
+      lines.append("other epsilons, none a guarantee: " + "; ".join(extra))
     if s.get("epsilon_paper") is not None:
       sw = s.get("switch_round")
       lines.append(
           f"paper 001's own budget (basic composition): {s['epsilon_paper']:.3g} "
-          f"(delta {s['delta_paper']:.2g}); accountant with the paper's sensitivity "
-          f"{s.get('epsilon_conditional', float('nan')):.3g}; switch-off round T_th: "
+          f"(delta {s['delta_paper']:.2g}); switch-off round T_th: "
           f"{sw if sw else 'none'}")
     return lines
 
 
-def filter_bound(config: Dict[str, Any], rounds: int, delta: float) -> float:
-  """An a-priori bound on every device's epsilon whatever the adaptive budgets were:
-  each round's upload has noise multiplier at least that of the channel noise alone and,
-  before the switch, at least c Delta_s / (eps_i[t] Delta) with sum_t eps_i[t] <= eps_T
-  (the allocator's cap), so rho_i = sum_t z^-2 <= (eps_T Delta / (c Delta_s))^2 +
-  rounds / z_c^2 (z_c = sigma_c / Delta); Gaussian mechanisms chosen adaptively under such a bound compose to
-  the Gaussian of that rho (fully adaptive composition for GDP, Smith and Thakurta 2022).
-  Returns inf when nothing bounds it.
-  """
-  sens = float(config["sensitivity"])
-  ch = np.asarray(config["channel_std"], np.float64)
-  ps = np.asarray(config["paper_sensitivity"], np.float64)
-  c = float(config["gaussian_constant"])
-  sel = np.asarray(config["selected"], bool)
-  safe = np.where(ch > 0, ch, 1.0)
-  rho_ch = np.where(ch > 0, rounds * (sens / safe) ** 2, 0.0)
-  if config["allocator"] == "none":
-    rho = rho_ch
-  else:
-    rho_art = (config["epsilon_total"] * sens / (c * ps)) ** 2  # (eps_T Delta / c Delta_s)^2
-    rho = rho_art + rho_ch
-  rho = np.where(sel, rho, 0.0)
-  return device_ledger.gaussian_epsilon(float(rho.max()), delta)
+def _inf(v) -> float:
+  """A metrics value as a float, None (JSON's inf) as +inf."""
+  return math.inf if v is None else float(v)
 
 
 def parse_powers(spec: str, num_devices: int, p_max_w: float) -> np.ndarray:

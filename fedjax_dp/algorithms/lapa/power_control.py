@@ -49,6 +49,38 @@ def schedule_from_metrics(path: str) -> np.ndarray:
   return np.asarray(rows, np.float64)
 
 
+def weights_from_metrics(path: str, aggregator: str, counts, selected) -> np.ndarray:
+  """The aggregation weights rho ``[N]`` of Theorem 1's bound for DDPG: FedAvg's from the
+  record counts (public under replace-one), BEDA's uniform over the scheduled devices
+  (they change every round), the Wasserstein softmax of the pilot run's label distances
+  (its round-1 ``label_distances``, post-processing of its noisy label release; or its
+  ``label_distances_exact`` with exact label statistics). The run itself computes its
+  own from its own label release.
+
+  Raises:
+    FedJaxDpError: a Wasserstein pilot without label distances in its metrics.jsonl.
+  """
+  from fedjax_dp.algorithms.lapa import aggregation
+  sel = np.asarray(selected, bool)
+  if aggregator == "fedavg":
+    return np.asarray(aggregation.fedavg_weights(np.asarray(counts, np.float64), sel))
+  if aggregator != "wasserstein":
+    return sel / max(sel.sum(), 1)
+  try:
+    with open(path) as f:
+      for line in f:
+        rec = json.loads(line)
+        for key in ("label_distances", "label_distances_exact"):
+          if rec.get(key) is not None:
+            dist = np.asarray(rec[key], np.float64)
+            return np.asarray(aggregation.wasserstein_weights(dist, sel))
+  except (OSError, ValueError) as e:
+    raise FedJaxDpError(f"powers: cannot read the pilot run's metrics {path!r}: {e}",
+                        option="powers") from None
+  raise FedJaxDpError(f"powers: {path!r} has no label_distances (a Wasserstein lapa "
+                      "run's metrics.jsonl is needed).", option="powers")
+
+
 def objective(sigma_art, gains, noise_power: float, kappa: float, rho, selected,
               eta: float, dim: int, rounds: Optional[int] = None, **constants):
   """``(objective_fn, switch_fn)`` of `bound.make_objective` with the `NOMINAL`

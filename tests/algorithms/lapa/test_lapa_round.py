@@ -1,6 +1,8 @@
 """The LAPA round (note 001, Algorithm 1): the noise-free step is FedSGD with the
-aggregation weights, the noise added has the scale the ledger composes, the switch
-(eq. 23) turns artificial noise off for good, and the plug-in's checks."""
+aggregation weights, the noise added has the scale the round reports (the ledger composes
+only its artificial part), the switch (eq. 23) turns artificial noise off for good (and
+the guarantee with it), and the plug-in's checks. The privacy of the label release, the
+channel noise and the filter: test_lapa_privacy.py."""
 
 from __future__ import annotations
 
@@ -70,9 +72,10 @@ def test_noise_free_round_is_the_weighted_clipped_fedsgd_step(problem):
   assert float(m.noise_stddev) == 0.0 and int(m.num_clients) == N
 
 
-def test_noise_has_the_scale_the_ledger_composes(problem):
+def test_noise_has_the_scale_the_round_reports(problem):
   """E||g~||^2 = ||signal||^2 + d sum_i rho_i^2 (sigma_i^2 + sigma_c,i^2): measured over
-  many rounds with the signal negligible; half the noise would be a quarter of it."""
+  many rounds with the signal negligible; half the noise would be a quarter of it. The
+  noise multipliers the ledger composes are the artificial noise's alone."""
   fd, pop, model = problem
   rounds = 60
   acfg = al.AllocatorConfig("uniform", 2.0, rounds)
@@ -89,10 +92,13 @@ def test_noise_has_the_scale_the_ledger_composes(problem):
   expected = d * np.sum(rho ** 2 * (sig ** 2 + ch ** 2))
   measured = np.mean([float(m.aggregate_norm) ** 2 for m in ms])
   assert measured == pytest.approx(expected, rel=0.15)
-  z = np.asarray(ms[0].client_noise_multipliers, np.float64)
-  np.testing.assert_allclose(z, np.sqrt(sig ** 2 + ch ** 2) / alg.config["sensitivity"],
-                             rtol=1e-5)
-  assert alg.config["sensitivity"] == pytest.approx(2 * 0.01 / 4)      # 2C/B
+  sens = alg.config["sensitivity"]
+  for m in ms:   # FedAvg: no label release; every round the artificial noise alone
+    z = np.asarray(m.client_noise_multipliers, np.float64)
+    np.testing.assert_allclose(z, sig / sens, rtol=1e-5)
+    np.testing.assert_allclose(m.extras["device_noise_multiplier_channel_assumption"],
+                               np.sqrt(sig ** 2 + ch ** 2) / sens, rtol=1e-5)
+  assert sens == pytest.approx(2 * 0.01 / 4)      # 2C/B
 
 
 def test_switch_turns_artificial_noise_off_for_good(problem):
@@ -108,8 +114,14 @@ def test_switch_turns_artificial_noise_off_for_good(problem):
   assert float(np.max(ms[0].extras["sigma_devices"])) > 0
   for m in ms[1:]:
     assert float(np.max(m.extras["sigma_devices"])) == 0.0
-    np.testing.assert_allclose(np.asarray(m.client_noise_multipliers),
+    # channel noise alone: no DP noise, noise multiplier 0 (the paper's assumption
+    # reported beside it)
+    np.testing.assert_array_equal(np.asarray(m.client_noise_multipliers), 0.0)
+    np.testing.assert_allclose(m.extras["device_noise_multiplier_channel_assumption"],
                                ch / alg.config["sensitivity"], rtol=1e-5)
+  ledger = alg.privacy.make_ledger(1e-5)
+  ledger.record_many(np.stack([np.asarray(m.client_noise_multipliers) for m in ms]))
+  assert ledger.worst_epsilon() == np.inf       # the switch ends the guarantee
   # without the switch the artificial noise stays
   off = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 30.0, rounds),
                channel_std=ch, batch_size=2, clip_norm=1.0, learning_rate=1e-3,
@@ -124,9 +136,10 @@ def test_unscheduled_devices_release_nothing(problem):
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("lapa", 5.0, 4), selected=sel,
                channel_std=np.full(N, 0.01))
   _, ms = _run(alg, pop, 4)
-  for m in ms:
+  for r, m in enumerate(ms):
     z = np.asarray(m.client_noise_multipliers)
-    assert np.isinf(z[1]) and np.all(np.isfinite(z[sel]))
+    # round 1: every device's label histogram (device 1's alone); then only uploads
+    assert np.isinf(z[1]) == (r > 0) and np.all(np.isfinite(z[sel]))
     assert float(np.asarray(m.extras["aggregation_weights"])[1]) == 0.0
     assert float(np.sum(m.extras["aggregation_weights"])) == pytest.approx(1.0, rel=1e-5)
   assert float(np.asarray(ms[-1].extras["epsilon_devices"])[1]) == 0.0
@@ -143,6 +156,15 @@ def test_builder_errors(problem):
     A.lapa(model, fd, allocator=acfg, aggregator="median")
   with pytest.raises(FedJaxDpError, match="calibration_sensitivity"):
     A.lapa(model, fd, allocator=acfg, calibration_sensitivity="guess")
+  with pytest.raises(FedJaxDpError, match="label_statistics"):
+    A.lapa(model, fd, allocator=acfg, label_statistics="rounded")
+  with pytest.raises(FedJaxDpError, match="label_noise_multiplier"):
+    A.lapa(model, fd, allocator=acfg, label_noise_multiplier=0.0)
+  for bad in ("lavish", -1.0, "0"):
+    with pytest.raises(FedJaxDpError, match="filter_budget"):
+      A.lapa(model, fd, allocator=acfg, filter_budget=bad)
+  with pytest.raises(FedJaxDpError, match="label release"):  # below the histogram's rho
+    A.lapa(model, fd, allocator=acfg, filter_budget=0.05, delta=1e-5)
   assert A.provable_sensitivity(1.0, 32, "per_example") == pytest.approx(2 / 32)
   assert A.provable_sensitivity(1.0, 32, "aggregate") == pytest.approx(2.0)
 
@@ -158,22 +180,3 @@ def test_parse_powers(tmp_path):
                     ("ddpg:/no/such/metrics.jsonl", "pilot")):
     with pytest.raises(FedJaxDpError, match=what):
       P.parse_powers(bad, 2, 0.1)
-
-
-def test_filter_bound_is_above_every_realised_ledger():
-  """The a-priori bound (each device's basic-composition sum capped at eps_T) holds
-  for any budgets the allocator could choose; it grows with the channel term."""
-  cfg = {"sensitivity": 0.0625, "channel_std": [0.0, 0.0], "paper_sensitivity": [0.01,
-         0.02], "gaussian_constant": 4.8448, "selected": [True, True],
-         "allocator": "lapa", "epsilon_total": 10.0}
-  b0 = P.filter_bound(cfg, 50, 1e-5)
-  from fedjax_dp.privacy.device_ledger import gaussian_epsilon
-  # the largest realisable rho: the whole budget in one round on the device with the
-  # smallest Delta_s: z = c Delta_s / (eps_T Delta)
-  z = 4.8448 * 0.01 / (10.0 * 0.0625)
-  assert b0 == pytest.approx(gaussian_epsilon(z ** -2, 1e-5), rel=1e-9)
-  # spreading the same budget over rounds gives less (sum eps^2 <= (sum eps)^2)
-  spread = 50 * (4.8448 * 0.01 / (0.2 * 0.0625)) ** -2
-  assert gaussian_epsilon(spread, 1e-5) < b0
-  b1 = P.filter_bound({**cfg, "channel_std": [0.5, 0.5]}, 50, 1e-5)
-  assert b1 > b0
