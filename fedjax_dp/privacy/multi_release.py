@@ -21,6 +21,21 @@ Prop. 1) and is converted by dp_accounting's
 `rdp_privacy_accountant.compute_epsilon`; PLD composes every release's events in one
 `dp_accounting.pld.PLDAccountant`.
 
+Groups (issue 30, F8). Not every record can influence every release: in RDP-PFL's
+per-example modes a record is either in its client's query set (it enters the inner
+release; the outer one sees it only through the already released noisy inner step,
+post-processing) or in its support set (outer release only). ``groups`` lists, for each
+position a record can hold, the releases it can influence; one record's guarantee is
+the composition of its group's releases, and the ledger's epsilon is the largest over
+the groups (RDP: each group's summed RDP vector converted on its own; PLD: each group's
+events composed in their own accountant). A record in one group is absent from every
+release outside it, whose output distribution is therefore the same in both neighbouring
+datasets: the composition theorem applied to the releases of its group alone is the
+record's guarantee. The default, one group of every release, is the plain composition of
+everything (each record may influence every release). The truncation probability stays
+the union bound over every release (conservative: only a record's own group's draws
+matter to it).
+
 The record layout: a release ``name`` appears in ``metrics.jsonl`` as the fields
 ``{name}_{metric}`` for each metric of `RELEASE_METRICS`, and its truncation model as
 ``{name}_truncation_{field}`` for each field of `RELEASE_TRUNCATION_FIELDS`
@@ -45,7 +60,7 @@ from fedjax_dp.privacy.ledger import PrivacyLedger, PrivacySummary
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
 
 __all__ = ["RELEASE_METRICS", "RELEASE_TRUNCATION_FIELDS", "MultiReleaseLedger",
-           "check_release_name", "release_field"]
+           "check_groups", "check_release_name", "release_field"]
 
 _FORMAT = "fedjax_dp.MultiReleaseLedger"
 _VERSION = 1
@@ -93,6 +108,60 @@ def _check_names(release_names: Any) -> Tuple[str, ...]:
   return names
 
 
+def _group_names(group: Any, names: Tuple[str, ...]) -> Tuple[str, ...]:
+  """``group`` (release names) as a tuple in release order.
+
+  Raises:
+    FedJaxDpError: not a collection of names, an unknown name, or no name.
+  """
+  if isinstance(group, str) or not isinstance(group, Iterable):
+    raise FedJaxDpError(f"a group must be a collection of release names (of "
+                        f"{list(names)}), got {group!r}.", option="groups")
+  members = set()
+  for n in group:
+    if n not in names:
+      raise FedJaxDpError(f"a group names {n!r}, which is not one of the releases "
+                          f"{list(names)}.", option="groups")
+    members.add(n)
+  if not members:
+    raise FedJaxDpError("a group must name at least one release, got an empty one.",
+                        option="groups")
+  return tuple(n for n in names if n in members)
+
+
+def check_groups(groups: Any, release_names: Sequence[str]
+                 ) -> Tuple[Tuple[str, ...], ...]:
+  """Release groups (`MultiReleaseLedger`'s ``groups``) as a tuple of tuples of names,
+  each in release order, duplicates dropped; None gives the single group of every
+  release.
+
+  Raises:
+    FedJaxDpError: not a sequence of collections of names, an unknown name, an empty
+      group, or a release in no group (option ``groups``).
+  """
+  names = tuple(release_names)
+  if groups is None:
+    return (names,)
+  if isinstance(groups, str) or not isinstance(groups, Iterable):
+    raise FedJaxDpError(f"groups must be a sequence of collections of release names "
+                        f"(each the releases one record can influence), got {groups!r}.",
+                        option="groups")
+  out: List[Tuple[str, ...]] = []
+  for g in groups:
+    g = _group_names(g, names)
+    if g not in out:
+      out.append(g)
+  if not out:
+    raise FedJaxDpError("groups must hold at least one group (or be None), got none.",
+                        option="groups")
+  missing = [n for n in names if not any(n in g for g in out)]
+  if missing:
+    raise FedJaxDpError(f"groups must cover every release; {missing!r} is in no group "
+                        "(a release that no record can influence is not accounted).",
+                        option="groups")
+  return tuple(out)
+
+
 def _num_releases(ledger: PrivacyLedger) -> int:
   """Noisy releases composed by ``ledger`` (sum over rounds of ``dp_steps``)."""
   return sum(r["count"] * r["dp_steps"] for r in ledger.to_dict()["runs"])
@@ -104,8 +173,10 @@ class MultiReleaseLedger:
   docstring).
 
   Every round is recorded for every release (a round that does not run a release is
-  not representable: report it with its own steps). Epsilon is that of *all* releases
-  of all recorded rounds composed; `release_epsilons` gives each release's own, for
+  not representable: report it with its own steps). Epsilon is the largest over the
+  ``groups`` (module docstring) of the composition of the group's releases over all
+  recorded rounds; with the default single group, that of *all* releases composed.
+  `group_epsilons` gives each group's, `release_epsilons` each release's own, for
   reporting how the budget is split.
 
   Costs are those of the release ledgers (`PrivacyLedger`): RDP per distinct event,
@@ -126,6 +197,7 @@ class MultiReleaseLedger:
 
   def __init__(self, release_names: Sequence[str], delta: float, *,
                truncations: Optional[Mapping[str, Optional[Truncation]]] = None,
+               groups: Optional[Iterable[Iterable[str]]] = None,
                **ledger_kwargs: Any):
     """Creates an empty ledger.
 
@@ -134,15 +206,22 @@ class MultiReleaseLedger:
       delta: default target delta in (0, 1).
       truncations: ``{name: Truncation}`` for the releases whose Poisson draws are
         padded to a static cap (each release's own; absent or None: no truncation).
+      groups: None (one group of every release: each record may influence every
+        release, today's composition of everything), or a sequence of non-empty
+        collections of release names, each the releases one record can influence in
+        one of the positions it can hold (module docstring); together they must cover
+        every release. Kept in release order, duplicates dropped.
       **ledger_kwargs: passed to every release's `PrivacyLedger`: ``orders``,
         ``sampler``, ``population_size``, ``cohort_size``, ``privacy_unit``,
         ``relation``, ``pld_value_discretization_interval`` (not ``truncation``).
 
     Raises:
       FedJaxDpError: invalid names, ``truncations`` keyed by an unknown release, a
-        ``truncation`` argument, or invalid ledger arguments.
+        ``truncation`` argument, invalid ``groups`` (an unknown name, an empty group, a
+        release in no group), or invalid ledger arguments.
     """
     names = _check_names(release_names)
+    groups_ = check_groups(groups, names)
     if "truncation" in ledger_kwargs:
       raise FedJaxDpError("MultiReleaseLedger takes truncations={release name: "
                           "Truncation}, not truncation= (each release pads its own "
@@ -154,11 +233,13 @@ class MultiReleaseLedger:
                           f"got unknown key(s) {unknown!r}.", option="truncations")
     ledgers = {n: PrivacyLedger(delta, truncation=truncations.get(n), **ledger_kwargs)
                for n in names}
-    self._setup(names, ledgers)
+    self._setup(names, ledgers, groups_)
 
-  def _setup(self, names: Tuple[str, ...], ledgers: Dict[str, PrivacyLedger]) -> None:
+  def _setup(self, names: Tuple[str, ...], ledgers: Dict[str, PrivacyLedger],
+             groups: Tuple[Tuple[str, ...], ...]) -> None:
     self._names = names
     self._ledgers = ledgers
+    self._groups = groups
     first = ledgers[names[0]].to_dict()
     self._delta = first["delta"]
     self._pld_interval = _check_pld_interval(first["pld_value_discretization_interval"])
@@ -175,6 +256,12 @@ class MultiReleaseLedger:
   def release_names(self) -> Tuple[str, ...]:
     """The releases' names, in order."""
     return self._names
+
+  @property
+  def groups(self) -> Tuple[Tuple[str, ...], ...]:
+    """The release groups (module docstring): each the releases one record can
+    influence; ``(release_names,)`` by default."""
+    return self._groups
 
   @property
   def delta(self) -> float:
@@ -221,9 +308,20 @@ class MultiReleaseLedger:
 
   def dp_event(self) -> dp_accounting.ComposedDpEvent:
     """All rounds of all releases: ``ComposedDpEvent([release.dp_event(), ...])``
-    (composition is commutative, so grouping by release gives the same guarantee)."""
-    return dp_accounting.ComposedDpEvent(
-        [self._ledgers[n].dp_event() for n in self._names])
+    (composition is commutative, so grouping by release gives the same guarantee). With
+    several `groups` this is an upper bound on every group's event (the guarantee is the
+    worst group's, `group_event`); with the default single group it is the guarantee's."""
+    return self.group_event(self._names)
+
+  def group_event(self, group: Iterable[str]) -> dp_accounting.ComposedDpEvent:
+    """All rounds of the releases ``group`` (names, e.g. one of `groups`):
+    ``ComposedDpEvent([release.dp_event(), ...])`` in release order.
+
+    Raises:
+      FedJaxDpError: an unknown or empty group.
+    """
+    names = _group_names(group, self._names)
+    return dp_accounting.ComposedDpEvent([self._ledgers[n].dp_event() for n in names])
 
   def supports(self, accountant: str) -> bool:
     """Whether ``epsilon(accountant=...)`` is available (every release must support
@@ -346,20 +444,32 @@ class MultiReleaseLedger:
 
   # -- RDP -------------------------------------------------------------------
 
-  def rdp(self) -> np.ndarray:
-    """Total RDP at `orders` of every release of every round: the sum of the releases'
-    RDP vectors (float64 ``[len(orders)]``)."""
+  def rdp(self, group: Optional[Iterable[str]] = None) -> np.ndarray:
+    """RDP at `orders` of every round of the releases of ``group`` (release names): the
+    sum of their RDP vectors (float64 ``[len(orders)]``). None: the group whose epsilon
+    at the ledger's delta is the ledger's (`worst_group`); with the default single
+    group, the sum over every release.
+
+    Raises:
+      FedJaxDpError: an unknown or empty group.
+    """
+    if group is None:
+      group = self.worst_group()
     total = np.zeros(len(self.orders), dtype=np.float64)
-    for n in self._names:
+    for n in _group_names(group, self._names):
       total += self._ledgers[n].rdp()
     return total
 
+  def _rdp_epsilon_of(self, group: Tuple[str, ...], delta: float) -> float:
+    eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, self.rdp(group), delta)
+    return float(eps)
+
   def epsilon_history(self, delta: Optional[float] = None, start: int = 0) -> np.ndarray:
-    """RDP epsilon of all releases after each recorded round ``start, ...,
-    num_rounds - 1``: round t's is that of the sum of the releases' cumulative RDP
-    after round t (`PrivacyLedger.rdp_history`), exactly as `epsilon` would give had
-    the ledger stopped there; the last entry equals ``epsilon(delta)``. Cached per
-    delta.
+    """RDP epsilon after each recorded round ``start, ..., num_rounds - 1``: round t's
+    is the largest over the `groups` of the epsilon of the sum of the group's releases'
+    cumulative RDP after round t (`PrivacyLedger.rdp_history`), exactly as `epsilon`
+    would give had the ledger stopped there; the last entry equals ``epsilon(delta)``.
+    Cached per delta.
 
     Args:
       delta: target delta in (0, 1); default the ledger's.
@@ -376,33 +486,60 @@ class MultiReleaseLedger:
     hist = self._history.setdefault(delta, [])
     done = len(hist)
     if done < self.num_rounds:
-      rows = np.zeros((self.num_rounds - done, len(self.orders)), dtype=np.float64)
-      for n in self._names:
-        rows += self._ledgers[n].rdp_history(start=done)
-      for row in rows:
-        eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, row, delta)
-        hist.append(float(eps))
+      per_release = {n: self._ledgers[n].rdp_history(start=done) for n in self._names}
+      worst = np.full(self.num_rounds - done, -np.inf)
+      for group in self._groups:
+        rows = np.zeros((self.num_rounds - done, len(self.orders)), dtype=np.float64)
+        for n in group:
+          rows += per_release[n]
+        for i, row in enumerate(rows):
+          eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, row, delta)
+          worst[i] = max(worst[i], float(eps))
+      hist.extend(float(e) for e in worst)
     return np.asarray(hist[start:self.num_rounds], dtype=np.float64)
 
   # -- queries ---------------------------------------------------------------
 
-  def _pld_epsilon(self, delta: float) -> float:
-    key = (delta, self._version)
+  def _pld_epsilon(self, group: Tuple[str, ...], delta: float) -> float:
+    key = (group, delta, self._version)
     if key not in self._pld_results:
-      eps_rdp = self.epsilon(delta, "rdp")
+      eps_rdp = self._rdp_epsilon_of(group, delta)
       # As `PrivacyLedger`: a coarser (still pessimistic) grid for huge epsilons.
       interval = (max(self._pld_interval, eps_rdp * 1e-6) if math.isfinite(eps_rdp)
                   else self._pld_interval)
-      event = self.dp_event()
+      event = self.group_event(group)
       acc = _make_accountant("pld", dp_accounting_relation(event), None, interval)
       self._pld_results[key] = float(acc.compose(event).get_epsilon(delta))
     return self._pld_results[key]
 
-  def epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
-    """Epsilon spent by every release of every recorded round.
+  def group_epsilons(self, delta: Optional[float] = None, accountant: str = "rdp"
+                     ) -> Tuple[float, ...]:
+    """The epsilon of each of `groups` (in order): the composition of the group's
+    releases over every recorded round (see `epsilon` for the arguments and errors)."""
+    delta = self._delta if delta is None else check_delta(delta)
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    if not self.supports(accountant):
+      _raise_unsupported()
+    if self.num_rounds == 0:
+      return tuple(0.0 for _ in self._groups)
+    if accountant == "pld":
+      return tuple(self._pld_epsilon(g, delta) for g in self._groups)
+    return tuple(self._rdp_epsilon_of(g, delta) for g in self._groups)
 
-    RDP: dp_accounting's ``compute_epsilon(orders, rdp(), delta)`` on the summed RDP.
-    PLD: one `dp_accounting.pld.PLDAccountant` composing `dp_event()`.
+  def worst_group(self, delta: Optional[float] = None, accountant: str = "rdp"
+                  ) -> Tuple[str, ...]:
+    """The group whose epsilon is the ledger's (the first of equal ones)."""
+    eps = self.group_epsilons(delta, accountant)
+    return self._groups[int(np.argmax(eps))]
+
+  def epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """Epsilon of the recorded rounds: the largest over the `groups` of the epsilon of
+    the group's releases composed (with the default single group: every release of
+    every recorded round).
+
+    RDP: dp_accounting's ``compute_epsilon(orders, rdp(group), delta)`` on each group's
+    summed RDP. PLD: one `dp_accounting.pld.PLDAccountant` per group composing
+    `group_event(group)`.
 
     Args:
       delta: target delta in (0, 1); default the ledger's.
@@ -413,7 +550,6 @@ class MultiReleaseLedger:
 
     Raises:
       FedJaxDpError: invalid ``delta`` / ``accountant``.
-      UnsupportedAccountingError: ``"pld"`` with sampling without replacement.
     """
     delta = self._delta if delta is None else check_delta(delta)
     check_choice("accountant", accountant, ACCOUNTANTS)
@@ -421,15 +557,13 @@ class MultiReleaseLedger:
       _raise_unsupported()
     if self.num_rounds == 0:
       return 0.0
-    if accountant == "pld":
-      return self._pld_epsilon(delta)
-    eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, self.rdp(), delta)
-    return float(eps)
+    return float(max(self.group_epsilons(delta, accountant)))
 
   def release_epsilons(self, accountant: str = "rdp", delta: Optional[float] = None
                        ) -> Dict[str, float]:
     """``{name: epsilon of that release alone}`` (for reporting how the budget is
-    split; the guarantee is `epsilon`, never more than their sum).
+    split; the guarantee is `epsilon`, at least their largest and never more than their
+    sum).
 
     Raises:
       FedJaxDpError / UnsupportedAccountingError: as `epsilon`.
@@ -438,8 +572,9 @@ class MultiReleaseLedger:
 
   def summary(self, accountant: str = "rdp", delta: Optional[float] = None
               ) -> PrivacySummary:
-    """A `PrivacySummary` of every release of every recorded round (``num_releases``:
-    the noisy releases of all kinds; see `epsilon` for the arguments)."""
+    """A `PrivacySummary` of every release of every recorded round (its epsilon is
+    `epsilon`'s, the worst group's; ``num_releases``: the noisy releases of all kinds;
+    see `epsilon` for the arguments)."""
     eps = self.epsilon(delta, accountant)
     delta = self._delta if delta is None else float(delta)
     return PrivacySummary(
@@ -454,23 +589,27 @@ class MultiReleaseLedger:
 
   def to_dict(self) -> Dict[str, Any]:
     """JSON-serialisable state; `from_dict` restores an identical ledger (each
-    release's `PrivacyLedger.to_dict`, exact)."""
+    release's `PrivacyLedger.to_dict`, exact, and the `groups`)."""
     return {"format": _FORMAT, "version": _VERSION, "release_names": list(self._names),
+            "groups": [list(g) for g in self._groups],
             "ledgers": {n: self._ledgers[n].to_dict() for n in self._names}}
 
   @classmethod
   def from_dict(cls, state: Dict[str, Any]) -> "MultiReleaseLedger":
-    """Inverse of `to_dict`.
+    """Inverse of `to_dict` (a state without ``groups``, written before issue 30,
+    restores the default single group: the composition it was written with).
 
     Raises:
-      FedJaxDpError: not a multi-release ledger dict, or release ledgers that differ in
-        anything but their truncation and runs, or in their number of rounds.
+      FedJaxDpError: not a multi-release ledger dict, invalid groups, or release ledgers
+        that differ in anything but their truncation and runs, or in their number of
+        rounds.
     """
     if not isinstance(state, dict) or state.get("format") != _FORMAT or \
         state.get("version") != _VERSION:
       raise FedJaxDpError(f"state must come from MultiReleaseLedger.to_dict() (format "
                           f"{_FORMAT!r}, version {_VERSION}).", option="state")
     names = _check_names(state.get("release_names"))
+    groups = check_groups(state.get("groups"), names)
     dicts = state.get("ledgers")
     if not isinstance(dicts, dict) or set(dicts) != set(names):
       raise FedJaxDpError(f"state['ledgers'] must hold one ledger per release "
@@ -485,9 +624,11 @@ class MultiReleaseLedger:
       raise FedJaxDpError("state['ledgers'] hold different numbers of rounds.",
                           option="state")
     out = cls.__new__(cls)
-    out._setup(names, ledgers)
+    out._setup(names, ledgers, groups)
     return out
 
   def __repr__(self) -> str:
-    return (f"MultiReleaseLedger(releases={list(self._names)}, sampler={self.sampler!r}, "
-            f"delta={self._delta!r}, rounds={self.num_rounds})")
+    groups = ("" if self._groups == (self._names,) else
+              f", groups={[list(g) for g in self._groups]}")
+    return (f"MultiReleaseLedger(releases={list(self._names)}{groups}, "
+            f"sampler={self.sampler!r}, delta={self._delta!r}, rounds={self.num_rounds})")

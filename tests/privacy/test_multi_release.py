@@ -254,10 +254,8 @@ def test_empty_ledger_and_pld_support():
   assert ledger.supports("pld") and ledger.supports("rdp")
   fixed = MultiReleaseLedger(["a", "b"], DELTA, sampler="fixed_size", population_size=100)
   fixed.record({"a": 1.0, "b": 2.0}, {"a": 0.1, "b": 0.2}, {"a": 1, "b": 1})
-  assert not fixed.supports("pld") and fixed.supports("rdp")
-  from fedjax_dp.privacy.accountants import UnsupportedAccountingError
-  with pytest.raises(UnsupportedAccountingError):
-    fixed.epsilon(accountant="pld")
+  assert fixed.supports("pld") and fixed.supports("rdp")  # issue 30 (F9)
+  assert 0 < fixed.epsilon(accountant="pld") < fixed.epsilon()
   ref = dp_rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation
                              .REPLACE_ONE).compose(dp_accounting.ComposedDpEvent([
                                  dp_accounting.SampledWithoutReplacementDpEvent(
@@ -426,3 +424,97 @@ def test_run_helpers_handle_releases():
   with pytest.raises(FedJaxDpError, match="names"):
     disclosure.release_labels(["Bad"])
   assert len(disclosure.release_labels(["a", "b"])) == 16
+
+
+# --------------------------------------------------------------------------
+# Release groups (issue 30, F8): a record influences only its group's releases
+# --------------------------------------------------------------------------
+
+THREE = {"a": 0.2, "b": 0.05, "c": 0.1}
+
+
+def _by_hand_groups(groups, rounds=ROUNDS, z=Z):
+  """Each group's event, composed from ``by_hand`` here (no fedjax_dp accounting)."""
+  return [dp_accounting.ComposedDpEvent([by_hand(z, THREE[n], 2, rounds) for n in g])
+          for g in groups]
+
+
+def _three(groups, rounds=ROUNDS, **kw):
+  ledger = MultiReleaseLedger(list(THREE), DELTA, groups=groups, **kw)
+  ledger.record_many({n: np.full(rounds, Z) for n in THREE}, dict(THREE),
+                     {n: 2 for n in THREE})
+  return ledger
+
+
+def test_groups_epsilon_is_the_max_over_groups_of_each_groups_composition():
+  """The epsilon is, from the definition, the largest over the groups of dp_accounting's
+  epsilon of the group's releases composed (RDP, and PLD on the same grid); it lies
+  strictly below the composition of every release (the default single group)."""
+  groups = (("a",), ("b", "c"))
+  ledger = _three(groups, pld_value_discretization_interval=COARSE)
+  assert ledger.groups == groups
+  rdp_each = [dp_rdp.RdpAccountant(neighboring_relation=ADD_REMOVE).compose(e)
+              .get_epsilon(DELTA) for e in _by_hand_groups(groups)]
+  pld_each = [dp_pld.PLDAccountant(ADD_REMOVE, COARSE).compose(e).get_epsilon(DELTA)
+              for e in _by_hand_groups(groups)]
+  np.testing.assert_allclose(ledger.group_epsilons(), rdp_each, rtol=1e-9)
+  np.testing.assert_allclose(ledger.group_epsilons(accountant="pld"), pld_each, rtol=2e-3)
+  assert ledger.epsilon() == pytest.approx(max(rdp_each), rel=1e-9)
+  assert ledger.epsilon(accountant="pld") == pytest.approx(max(pld_each), rel=2e-3)
+  everything = dp_rdp.RdpAccountant(neighboring_relation=ADD_REMOVE).compose(
+      dp_accounting.ComposedDpEvent(_by_hand_groups([tuple(THREE)]))).get_epsilon(DELTA)
+  assert ledger.epsilon() < 0.95 * everything
+  assert _three(None).epsilon() == pytest.approx(everything, rel=1e-9)
+  # ("a",) is the worst group (RDP ~ q^2: 0.2^2 against 0.05^2 + 0.1^2).
+  worst = ("a",)
+  assert rdp_each[0] > rdp_each[1] and ledger.worst_group() == worst
+  np.testing.assert_array_equal(ledger.rdp(), ledger.rdp(worst))
+  np.testing.assert_array_equal(ledger.rdp(("b", "c")),
+                                ledger.release("b").rdp() + ledger.release("c").rdp())
+  assert ledger.summary().epsilon == ledger.epsilon()
+  assert ledger.summary().num_releases == 3 * 2 * ROUNDS  # every release still counted
+  assert ledger.delta_total() == DELTA  # no truncation
+  # Each release alone is unchanged by the grouping.
+  assert ledger.release_epsilons() == _three(None).release_epsilons()
+
+
+def test_groups_history_round_trip_and_default():
+  groups = [["c", "a"], ["b"], ["a", "c"]]           # order and duplicates normalised
+  z_sched = np.where(np.arange(20) < 10, 1.3, 0.9)
+  ledger = MultiReleaseLedger(list(THREE), DELTA, groups=groups,
+                              truncations={"b": Truncation(100, 20, 3)})
+  eps = ledger.record_many({n: z_sched for n in THREE}, dict(THREE), {n: 2 for n in THREE})
+  assert ledger.groups == (("a", "c"), ("b",))
+  np.testing.assert_array_equal(eps, ledger.epsilon_history())
+  assert eps[-1] == ledger.epsilon()
+  for t in (0, 9, 14):  # a ledger stopped after round t, by hand
+    ref = max(dp_rdp.RdpAccountant(neighboring_relation=ADD_REMOVE).compose(
+        dp_accounting.ComposedDpEvent(
+            [by_hand(1.3, THREE[n], 2, min(t + 1, 10)) for n in g] +
+            [by_hand(0.9, THREE[n], 2, t + 1 - 10) for n in g if t >= 10])
+    ).get_epsilon(DELTA) for g in ledger.groups)
+    assert eps[t] == pytest.approx(ref, rel=1e-9)
+  state = json.loads(json.dumps(ledger.to_dict()))
+  assert state["groups"] == [["a", "c"], ["b"]]
+  back = MultiReleaseLedger.from_dict(state)
+  assert back.groups == ledger.groups and back.to_dict() == ledger.to_dict()
+  assert back.epsilon() == ledger.epsilon()
+  np.testing.assert_array_equal(back.epsilon_history(), ledger.epsilon_history())
+  # A state written before groups existed restores the single group it was written with.
+  old = dict(state)
+  del old["groups"]
+  assert MultiReleaseLedger.from_dict(old).groups == (("a", "b", "c"),)
+  assert "groups=[['a', 'c'], ['b']]" in repr(ledger)
+  # The truncation probability is the union bound over every release (conservative).
+  assert ledger.truncation_probability() == ledger.release("b").truncation_probability()
+  assert ledger.delta_total() == pytest.approx(
+      DELTA + (1 + math.exp(ledger.epsilon())) * ledger.truncation_probability(), rel=1e-12)
+
+
+@pytest.mark.parametrize("groups,match", [
+    ("ab", "collection"), ([["a"], ["b"]], "cover"), ([["a", "x"], ["b", "c"]], "'x'"),
+    ([[], ["a", "b", "c"]], "empty"), ([], "at least one"), (3, "sequence")])
+def test_bad_groups_name_the_argument(groups, match):
+  with pytest.raises(FedJaxDpError, match=match) as err:
+    MultiReleaseLedger(list(THREE), DELTA, groups=groups)
+  assert err.value.option == "groups"

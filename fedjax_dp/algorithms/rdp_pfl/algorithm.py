@@ -9,31 +9,53 @@ for t = 0 .. T-1:                                         # round_fn, jitted, sc
     for tau = 0 .. tau0-1:                                # lax.scan
       theta~ <- w_i - eta (clipped query grads + n^Q)     # eqs. (6)-(7), meta.local_epoch
       w_i <- w_i - beta (clipped meta-grads + n^S)        # eqs. (8)-(11)
-  w^{t+1} <- sum_i p_i w_i,  p_i = |D_i^S| / |D^S|        # eq. (3)
+  w^{t+1} <- sum_i p_i w_i,  p_i = 1 / U                  # uniform; eq. (3)'s p_i below
 target j: theta_j = w^t - eta grad F_j(w^t, D_j)          # eq. (4), clients.personalised_metrics
 ```
 
 Privacy: record-level DP of each source client's data (add/remove of one record),
 against anyone who sees the uploaded w_i. Each local epoch releases two
 Poisson-subsampled Gaussian mechanisms (query stage: rate q^Q, support stage: q^S, noise
-multiplier sigma times `meta.release_scales`), so a round composes tau0 of each: two
-`Release`s of the `PrivacySpec`, composed by the ledger. Every client takes part every
-round (no client sampling, no amplification from it). The paper's own calibration
-(Theorem 1 with the Balle et al. conversion) is in `paper_accounting`.
+multiplier sigma times `meta.release_scales`): two `Release`s of the `PrivacySpec`, each
+tau0 times a round. Every source client uploads every round, with its sender visible:
+its participation is not hidden and no amplification by client sampling is claimed
+(all its releases are accounted in every round). The record sampling inside a client's
+DP-SGD steps is hidden: a record's releases are seen only through its client's upload,
+an aggregate over the Poisson draw, so Poisson amplification applies
+(``observation="aggregate"``, as `fedjax_dp.algorithms.dp_fedavg.dp_fedavg_record_level`).
+
+Each record has one role, query or support, fixed when its client's data is prepared
+(``query_rows``) and never changed by adding or removing other records, and it
+influences only its role's release (`meta.release_groups`): its guarantee is that
+release composed over the run, and the run's epsilon is the larger of the two
+(`privacy.GroupedPrivacySpec`; issue 30, F8). The paper's Theorem 1 composes both
+stages for every record; its calibration (with the Balle et al. conversion) is in
+`paper_accounting`, reported beside.
+
+Aggregation (issue 30, F5): ``"uniform"`` (default) weights every source client 1/U,
+public, so the average is post-processing of the uploads. The paper's eq. (3) weights
+by support-set sizes p_i = |D_i^S| / |D^S|, which change when a record is added or
+removed: not post-processing of the DP releases (`dp_fedavg_record_level` refuses
+data-size weights for the same reason). ``"data_size"`` is kept as the paper's mode,
+only without a guarantee (``private=False``: the noise is added, no epsilon is
+claimed). In the paper's experiments every client holds 300 support images, where
+eq. (3) is the uniform average.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from scipy import stats
 
-from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, Release
+from fedjax_dp.algorithms.base import Algorithm, Release
 from fedjax_dp.algorithms.rdp_pfl import meta
-from fedjax_dp.algorithms.rdp_pfl.clients import is_query_row, split_counts
+from fedjax_dp.algorithms.rdp_pfl.clients import is_query_row
+from fedjax_dp.algorithms.rdp_pfl.privacy import GroupedPrivacySpec
 from fedjax_dp.federated import chunking, keys as keylib
 from fedjax_dp.federated.round import RoundMetrics
 from fedjax_dp.federated.server import ServerState
@@ -41,7 +63,7 @@ from fedjax_dp.privacy import clipping, events, per_example
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 
-AGGREGATIONS = ("data_size", "uniform")
+AGGREGATIONS = ("uniform", "data_size")
 
 
 class RdpPflHParams(NamedTuple):
@@ -84,29 +106,32 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
             inner_learning_rate: float = 0.01, outer_learning_rate: float = 0.01,
             clip_norm: float = 2.4, noise_multiplier: float = 1.0,
             query_sampling_rate: float = 0.1, support_sampling_rate: float = 0.1,
-            clip_mode: str = "per_example", aggregation: str = "data_size",
+            clip_mode: str = "per_example", aggregation: str = "uniform",
             private: bool = True, overflow_prob: float = 1e-12,
             micro_batch_size: Optional[int] = -1, per_example_method: str = "auto",
-            power_iterations: int = 20, chunk_size: Optional[int] = None) -> Algorithm:
+            power_iterations: int = 20, chunk_size: Optional[int] = None,
+            query_rows: Optional[Any] = None,
+            nominal_sizes: Optional[Tuple[int, int]] = None) -> Algorithm:
   """Builds RDP-PFL (module docstring) for the source clients ``data``.
 
   Args:
     model: a `fedjax_dp.models.Model`.
-    data: `fedjax_dp.data.FederatedData` of the U source clients; row i of a client is
-      in its query set iff `clients.is_query_row` (a fixed rule of the row's position,
-      so adding a record never moves another between the sets), the rest in its
-      support set; `clients.make_meta_split` shuffles the rows.
+    data: `fedjax_dp.data.FederatedData` of the U source clients.
     local_epochs: tau0 >= 1 (each = one inner and one outer step).
-    query_fraction: share of a client's rows in its query set, in (0, 1).
+    query_fraction: share of a client's rows in its query set, in (0, 1) (the default
+      roles' rule, `clients.is_query_row`).
     inner_learning_rate, outer_learning_rate: eta, beta > 0.
     clip_norm: C > 0 (inf only with ``private=False``: no clipping).
     noise_multiplier: sigma >= 0 (0: no noise).
     query_sampling_rate, support_sampling_rate: q^Q, q^S in (0, 1].
     clip_mode: one of `meta.CLIP_MODES`.
-    aggregation: ``"data_size"`` (eq. 3: p_i = |D_i^S| / |D^S|; the sizes are treated
-      as public, as in the paper where every client holds 300) or ``"uniform"``.
+    aggregation: ``"uniform"`` (p_i = 1/U: public weights, the default) or
+      ``"data_size"`` (eq. 3: p_i = |D_i^S| / |D^S|, from the clients' record counts;
+      only with ``private=False``: adding or removing a record moves every weight, so
+      the average is not post-processing of the DP uploads).
     private: False builds the same round without a `PrivacySpec` (the baselines
-      "non-private" and "clipping only": sigma = 0).
+      "non-private" and "clipping only": sigma = 0; and the paper's data-size weights,
+      noised but without a guarantee).
     overflow_prob: probability that one Poisson draw overflows its static cap (added
       to delta through the releases' `Truncation`).
     micro_batch_size: see `stage_config`.
@@ -114,13 +139,23 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
       per-example gradients.
     power_iterations: paper mode's power iterations.
     chunk_size: source clients trained at once (default: `chunking.auto_chunk_size`).
+    query_rows: bool ``[U, max_examples]``: each row's role (True: query set, False:
+      support set), fixed with the record when the client's data is prepared, so that
+      adding or removing a record changes no other record's role (the neighbouring
+      datasets of record-level DP then differ in one record of one role, the premise of
+      `meta.release_groups`); None: `clients.is_query_row` of each row's position (the
+      roles `clients.make_meta_split` gives its shuffled rows).
+    nominal_sizes: ``(n^Q, n^S)``, the public sizes of a client's query and support
+      sets (the DP-SGD divisors q n and the static draw caps): at least every client's;
+      None: the largest client's (then the client sizes are treated as public).
 
   Returns:
     An `Algorithm` whose ``hparams`` is an `RdpPflHParams` and whose ``privacy`` has
     one `Release` per stage (``"query"``, ``"support"``), or None when not private.
 
   Raises:
-    FedJaxDpError: invalid arguments (naming them), before anything is compiled.
+    FedJaxDpError: invalid arguments (naming them), before anything is compiled;
+      ``aggregation="data_size"`` with ``private=True``.
   """
   tau0 = check_int("local_epochs", local_epochs, minimum=1)
   qf = check_probability("query_fraction", query_fraction)
@@ -129,6 +164,15 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
                         option="query_fraction")
   check_choice("clip_mode", clip_mode, meta.CLIP_MODES)
   check_choice("aggregation", aggregation, AGGREGATIONS)
+  if aggregation == "data_size" and private:
+    raise FedJaxDpError(
+        "aggregation='data_size' (the paper's eq. 3, p_i = |D_i^S| / |D^S|) weights by "
+        "data size, and the weights by data size depend on the client's records: adding "
+        "or removing one record changes every p_i, so the average is not post-processing "
+        "of the DP uploads and no guarantee covers it. Use aggregation='uniform' (public "
+        "weights 1/U; equal to eq. 3 when every client holds as many records, as in the "
+        "paper), or private=False to run the paper's weights without a guarantee.",
+        option="aggregation")
   check_choice("per_example_method", per_example_method, per_example.METHODS)
   eta = check_positive("inner_learning_rate", inner_learning_rate)
   beta = check_positive("outer_learning_rate", outer_learning_rate)
@@ -142,19 +186,32 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
   q_q = check_probability("query_sampling_rate", query_sampling_rate)
   q_s = check_probability("support_sampling_rate", support_sampling_rate)
   power_iterations = check_int("power_iterations", power_iterations, minimum=1)
-  n_q, n_s = split_counts(data.counts, qf)
+  roles = _check_query_rows(query_rows, data, qf)
+  real_rows = np.arange(data.max_examples)[None, :] < np.asarray(data.counts)[:, None]
+  n_q = np.sum(roles & real_rows, axis=1)
+  n_s = np.asarray(data.counts) - n_q
   if int(n_q.min()) < 1 or int(n_s.min()) < 1:
-    raise FedJaxDpError(f"query_fraction={qf} leaves a client with an empty query or "
-                        f"support set (client sizes {int(data.counts.min())}.."
-                        f"{int(data.counts.max())}).", option="query_fraction")
-  nominal_q, nominal_s = int(n_q.max()), int(n_s.max())
-  query_rows = jnp.asarray(is_query_row(data.max_examples, qf))
+    raise FedJaxDpError(f"query_fraction={qf} (or query_rows) leaves a client with an "
+                        f"empty query or support set (client sizes "
+                        f"{int(data.counts.min())}..{int(data.counts.max())}).",
+                        option="query_rows" if query_rows is not None else
+                        "query_fraction")
+  if nominal_sizes is None:
+    nominal_q, nominal_s = int(n_q.max()), int(n_s.max())
+  else:
+    nominal_q, nominal_s = (check_int("nominal_sizes", int(v), minimum=1)
+                            for v in nominal_sizes)
+    if nominal_q < int(n_q.max()) or nominal_s < int(n_s.max()):
+      raise FedJaxDpError(f"nominal_sizes={tuple(nominal_sizes)} must be at least every "
+                          f"client's query and support set sizes (largest "
+                          f"{int(n_q.max())}, {int(n_s.max())}).", option="nominal_sizes")
+  roles_dev = jnp.asarray(roles)
   query_cfg = stage_config(nominal_q, q_q, overflow_prob, micro_batch_size)
   support_cfg = stage_config(nominal_s, q_s, overflow_prob, micro_batch_size)
   num_clients = data.num_clients
   max_n = data.max_examples
   weights = (n_s / n_s.sum()) if aggregation == "data_size" else (
-      jnp.full((num_clients,), 1.0 / num_clients))
+      np.full((num_clients,), 1.0 / num_clients))
   weights = jnp.asarray(weights, jnp.float32)
   params0 = jax.eval_shape(model.init, jax.random.key(0))
   num_params = sum(math.prod(l.shape) for l in jax.tree_util.tree_leaves(params0))
@@ -165,10 +222,10 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
                                                         minimum=1))
   scale_q, scale_s = meta.release_scales(clip_mode)
 
-  def client_update(w0, x, y, count, key, hp):
+  def client_update(w0, x, y, count, is_query, key, hp):
     """tau0 local epochs of one source client -> (w_i, StageStats summed)."""
     real = jnp.arange(max_n) < count
-    q_mask, s_mask = real & query_rows, real & ~query_rows
+    q_mask, s_mask = real & is_query, real & ~is_query
     denom_q = hp.query_sampling_rate * nominal_q   # public: expected batch sizes
     denom_s = hp.support_sampling_rate * nominal_s
 
@@ -196,8 +253,8 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
       ids_c, p_c, real_c = idx
       x, y, cnt = pop.x[ids_c], pop.y[ids_c], pop.counts[ids_c]
       ck = keylib.client_keys(train_key, ids_c)
-      w_i, st = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))(
-          w, x, y, cnt, ck, hp)
+      w_i, st = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, 0, None))(
+          w, x, y, cnt, roles_dev[ids_c], ck, hp)
       delta = jax.tree_util.tree_map(lambda a, b: a - b, w_i, w)
       norms = jax.vmap(clipping.global_norm)(delta)
       finite = jnp.isfinite(norms)
@@ -219,8 +276,8 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
             (jnp.zeros((), jnp.int32), jnp.zeros(()), jnp.zeros(()), zero_stats))
     (total, (nonfinite, norm_sum, norm_max, st)), _ = jax.lax.scan(
         chunk, init, (safe.reshape(shape), p.reshape(shape), real.reshape(shape)))
-    # Eq. (3): w^{t+1} = sum_i p_i w_i = w^t + sum_i p_i (w_i - w^t) (sum p_i = 1; a
-    # client whose model is non-finite keeps w^t, counted in nonfinite_updates).
+    # w^{t+1} = sum_i p_i w_i = w^t + sum_i p_i (w_i - w^t) (sum p_i = 1; a client
+    # whose model is non-finite keeps w^t, counted in nonfinite_updates).
     new_w = jax.tree_util.tree_map(jnp.add, w, total)
     rows = jnp.maximum(st.rows, 1.0)
     sigma_c = jnp.where(hp.noise_multiplier > 0, hp.noise_multiplier * hp.clip_norm, 0.0)
@@ -262,9 +319,11 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
 
   hparams = RdpPflHParams(c, sigma, q_q, q_s, eta, beta)
   privacy = None
+  groups = meta.release_groups(clip_mode)
   if private:
-    privacy = PrivacySpec(
+    privacy = GroupedPrivacySpec(
         unit="record-level", relation="add_remove", sampler="poisson",
+        observation="aggregate", release_groups=groups,
         releases=(Release("query", q_q, tau0, scale_q,
                           events.Truncation(nominal_q, query_cfg.max_batch_size,
                                             num_clients)),
@@ -284,7 +343,9 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
                 support_max_batch=support_cfg.max_batch_size,
                 query_micro_batch=query_cfg.micro_batch_size,
                 support_micro_batch=support_cfg.micro_batch_size,
-                release_scales=[scale_q, scale_s], num_params=num_params,
+                release_scales=[scale_q, scale_s],
+                release_groups=[list(g) for g in groups] if private else None,
+                num_params=num_params,
                 chunk_size=layout.chunk_size, power_iterations=power_iterations)
   return Algorithm(name="rdp_pfl", round_fn=round_fn, init=init, hparams=hparams,
                    privacy=privacy, k_max=num_clients, config=config, sampling_rate=1.0)
@@ -294,15 +355,37 @@ def _bcast(mask, arr):
   return mask.reshape(mask.shape + (1,) * (arr.ndim - 1))
 
 
+def _check_query_rows(query_rows, data, qf: float) -> np.ndarray:
+  """The rows' roles as bool ``[U, max_examples]`` (the default: `is_query_row`).
+
+  Raises:
+    FedJaxDpError: a shape other than ``[U, max_examples]``.
+  """
+  shape = (data.num_clients, data.max_examples)
+  if query_rows is None:
+    return np.broadcast_to(is_query_row(data.max_examples, qf), shape).copy()
+  roles = np.asarray(query_rows)
+  if roles.shape != shape:
+    raise FedJaxDpError(f"query_rows must be a bool array of shape {shape} (clients, "
+                        f"rows), got shape {roles.shape}.", option="query_rows")
+  return roles.astype(bool)
+
+
 def _privacy_note(clip_mode: str) -> str:
-  base = ("record-level DP of each source client's local data against anyone who sees "
-          "its uploads; every client takes part in every round (no amplification by "
-          "client sampling); every local step is counted (2 tau0 releases per round: "
-          "the query and support stages, composed, as in the paper's Theorem 1).")
+  base = ("record-level DP of each source client's local data; the server sees each "
+          "source client's upload with its sender, and every source client uploads in "
+          "every round (its participation is visible: no amplification by client "
+          "sampling, every round accounted); the record sampling inside a client's "
+          "DP-SGD steps is hidden (only the upload, an aggregate over the Poisson draw, "
+          "is seen), so it amplifies; every local step is counted. Each record has one "
+          "role fixed at preparation (query or support set) and influences only its "
+          "role's release, so its guarantee is that stage's tau0 releases per round "
+          "composed, and the run's epsilon the larger of the two stages' (the paper's "
+          "Theorem 1 composes both stages for every record: epsilon_paper).")
   if clip_mode == "paper":
     return base + (" clip_mode='paper' clips batch means (sensitivity 2C under "
-                   "add/remove) and its outer step reads the query draw: the accountant "
-                   "charges sigma/(2 sqrt 2) to the query stage and sigma/2 to the support "
-                   "stage, a weaker guarantee than the paper's Theorem 1 claims for the "
-                   "same sigma.")
+                   "add/remove) and its outer step reads the query draw: the query "
+                   "release is the pair (inner, outer) a query record moves, charged at "
+                   "sigma/(2 sqrt 2), the support release at sigma/2; a weaker guarantee "
+                   "than the paper's Theorem 1 claims for the same sigma.")
   return base

@@ -13,13 +13,18 @@ images and are evaluated on ``test_per_class`` images of each of their classes f
 dataset's test split (note H6) -- or on a held-out part of their own images when the
 dataset has no test split.
 
-Each source client's rows are shuffled and split by position: row i belongs to the
-query set D^Q (the inner step's data) iff ``floor((i + 1) f) > floor(i f)`` with f the
-query fraction (`is_query_row`; for f = 1/2 the odd rows), else to the support set D^S
-(the outer step's). The rule is a fixed function of a row's position, so adding a
-record (at the end, the next row) never moves another record between the sets: the
-neighbouring datasets of record-level DP differ in that one record only. A client with
-n rows has ``floor(n f)`` query rows (`split_counts`).
+Each source client's rows are shuffled and given their roles by position, once, when
+the data is prepared: row i belongs to the query set D^Q (the inner step's data) iff
+``floor((i + 1) f) > floor(i f)`` with f the query fraction (`is_query_row`; for f = 1/2
+the odd rows), else to the support set D^S (the outer step's); a client with n rows has
+``floor(n f)`` query rows (`split_counts`). The roles are then stored with the records
+(`MetaSplit.query_rows`) and the algorithm reads each record's own role
+(`fedjax_dp.algorithms.rdp_pfl.algorithm.rdp_pfl`'s ``query_rows``). A position rule
+applied to the neighbouring dataset would not do: appending a record never moves
+another, but removing any record but the last shifts every later row by one, and (for
+f = 1/2) flips each later record between query and support, so the neighbouring
+datasets would differ in many records of each stage (issue 30, F8). With the roles
+stored, the neighbouring datasets differ in one record of one role.
 """
 
 from __future__ import annotations
@@ -108,7 +113,13 @@ class MetaSplit:
     class_sets: int32 ``[num_clients, classes_per_client]``; rows of source clients
       first, then target clients.
     query_fraction: the share of each source client's rows in its query set.
-    description: one line for outputs (data, sizes, where the test data comes from).
+    description: one line for outputs (data, sizes, where the test data comes from),
+      from the configuration only (public).
+    query_rows: bool ``[U, max_examples]``: each source row's role (True: query set),
+      assigned at preparation and kept with the record (module docstring).
+    nominal_sizes: ``(n^Q, n^S)``, a source client's query and support set sizes by
+      the configuration (every source client holds ``classes_per_client x
+      samples_per_class`` images): public, the DP-SGD divisors' n.
   """
   source: FederatedData
   adapt_x: np.ndarray
@@ -120,6 +131,8 @@ class MetaSplit:
   class_sets: np.ndarray
   query_fraction: float
   description: str
+  query_rows: Optional[np.ndarray] = None
+  nominal_sizes: Optional[Tuple[int, int]] = None
 
 
 def is_query_row(max_examples: int, query_fraction: float) -> np.ndarray:
@@ -226,13 +239,16 @@ def make_meta_split(x: np.ndarray, y: np.ndarray, test_x: Optional[np.ndarray],
       client_ids=tuple(f"source_{i:02d}" for i in range(n_source)),
       test_x=pooled_x, test_y=pooled_y, source=source, is_subset=is_subset,
       partition=f"{classes_per_client}-class sets")
-  n_q, n_s = split_counts(sc, qf)
+  # Public by design: every source client holds classes_per_client x spc images.
+  n_q, n_s = (int(v[0]) for v in split_counts(np.array([classes_per_client * spc]), qf))
   desc = (f"{name}{' (subset)' if is_subset else ''}: {num_clients} clients x "
           f"{classes_per_client} classes x {spc} images; {n_source} source clients "
-          f"(query/support {int(n_q[0])}/{int(n_s[0])}), {n_target} target clients "
+          f"(query/support {n_q}/{n_s}), {n_target} target clients "
           f"(adapt on their {classes_per_client * spc} images, test on {where})")
+  roles = np.broadcast_to(is_query_row(fd.max_examples, qf),
+                          (n_source, fd.max_examples)).copy()
   return MetaSplit(fd, ax, ay.astype(np.int32), ac, tx, ty.astype(np.int32), tc, sets, qf,
-                   desc)
+                   desc, roles, (n_q, n_s))
 
 
 def personalise(model, params, x, y, count, eta):

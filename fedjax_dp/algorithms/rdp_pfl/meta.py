@@ -17,18 +17,21 @@ support draws.
   ``q^S n^S``; ``w <- w - beta g^S``. Query records reach the outer step only through
   theta~, already private (post-processing), so each stage is exactly one
   Poisson-subsampled Gaussian release with noise multiplier sigma under add/remove of
-  one record (the paper's Theorem 1 accounting). In expectation ``m_x`` is the paper's
-  meta-gradient (the note's G2: E H_S = E H_Q).
+  one record, and a record influences only its own stage's release
+  (`release_groups`). In expectation ``m_x`` is the paper's meta-gradient (the note's
+  G2: E H_S = E H_Q).
 * ``"paper"`` (eqs. 6-11 as printed): the *batch-mean* gradient is clipped to C and
   N(0, C^2 sigma^2 I) is added without dividing by the batch (eqs. 6-7); the outer step
   is ``c1 c2 (g2 - eta H_Q g2) + N(0, C^2 sigma^2 I)`` with g2 the support batch's mean
   gradient at theta~, H_Q the Hessian of the query batch's mean loss at w (the same
   draw B_Q as the inner step, note G8), ``c1 = min(1, sqrt(C) / ||I - eta H_Q||_2)``
   (spectral norm by power iteration, note G3) and ``c2 = min(1, sqrt(C) / ||g2||)``
-  (eqs. 9-11), so the product has norm <= C. Each release is bounded by C but can move
-  by 2C when one record is added (a batch mean is not a sum), and the outer release also
-  reads the query draw: the guarantee this code enforces is weaker than the paper's
-  (`release_scales`).
+  (eqs. 9-11), so the product has norm <= C; power iteration can only under-estimate
+  the spectral norm, so the product is clipped to C once more (a no-op when the estimate
+  is exact; without it the bound would rest on the estimate). Each release is bounded
+  by C but can move by 2C when one record is added (a batch mean is not a sum), and the
+  outer release also reads the query draw: the guarantee this code enforces is weaker
+  than the paper's (`release_scales`, `release_groups`).
 * ``"first_order"`` (first-order MAML, note 3.4 line 16; a baseline the paper lacks):
   as ``"per_example"`` with ``m_x = clip_C(grad l(theta~; x))`` (g1 = I).
 * ``"dp_fedavg"`` (DP-FedAvg with local DP-SGD; a baseline the paper lacks): no meta
@@ -70,6 +73,34 @@ def release_scales(clip_mode: str) -> Tuple[float, float]:
   if clip_mode == "paper":
     return 1.0 / (2.0 * math.sqrt(2.0)), 0.5
   return 1.0, 1.0
+
+
+#: Every clip mode's release groups (`release_groups`).
+STAGE_GROUPS = (("query",), ("support",))
+
+
+def release_groups(clip_mode: str) -> Tuple[Tuple[str, ...], ...]:
+  """The releases one record can influence, for each role it can hold (issue 30, F8):
+  ``(("query",), ("support",))`` in every mode. A record is in its client's query set
+  or its support set, never both, and keeps that role whatever other records are added
+  or removed (`fedjax_dp.algorithms.rdp_pfl.algorithm.rdp_pfl`'s ``query_rows``):
+
+  * per-example modes (``"per_example"``, ``"first_order"``, ``"dp_fedavg"``): a query
+    record enters the inner release; the outer release reads only the support draw, w
+    and theta~, and theta~ is the inner release itself (noisy), so the outer release is
+    post-processing for a query record. A support record enters only the outer
+    release. Each record's guarantee is its own stage's Poisson-subsampled Gaussian,
+    composed over the run: one stage, not two.
+  * ``"paper"``: a query record enters the inner release and, through the Hessian on
+    the same draw B_Q (eq. 10), the outer one; the ``"query"`` release is already that
+    pair, one Gaussian of sensitivity 2 sqrt 2 C over the record's inclusion in B_Q
+    (`release_scales`), so it is the query record's whole privacy loss. A support record
+    enters only the outer release (the ``"support"`` release, 2C). So the groups are the
+    same; composing both for every record charged the query record's outer release
+    twice.
+  """
+  del clip_mode  # the same in every mode (see above)
+  return STAGE_GROUPS
 
 
 def example_loss(model) -> Callable:
@@ -301,13 +332,17 @@ def _paper_epoch(model, w, x, y, query_mask, support_mask, k_q, k_s, k_pow, *, e
   n2 = clipping.global_norm(g2)
   c2 = jnp.minimum(1.0, root_c / jnp.maximum(n2, 1e-30))
   prod = jax.tree_util.tree_map(lambda a, b: c1 * c2 * (a - eta * b), g2, hvp(g2))
-  prod, finite_p = clipping.zero_if_nonfinite(prod)
+  # ||c1 (I - eta H)|| <= sqrt(C) holds only if s1 is not below the spectral norm, and
+  # power iteration under-estimates it: clip the product to C itself, so the release's
+  # bound is enforced whatever the estimate (a no-op when s1 is exact).
+  prod, over_p, finite_p = _clip_to(prod, clip_norm)
   w_new = jax.tree_util.tree_map(lambda a, b: a - beta * b, w,
                                  noise.add_gaussian_noise(ks_noise, prod, sigma_c))
   st_q = dp_sgd.DrawStats(loss_q * nq, nq, clipped_q.astype(jnp.float32),
                           (~finite_q).astype(jnp.int32),
                           jnp.maximum(dq - query_cfg.max_batch_size, 0))
-  st_s = dp_sgd.DrawStats(loss_s * ns, ns, ((c1 < 1) | (c2 < 1)).astype(jnp.float32),
+  st_s = dp_sgd.DrawStats(loss_s * ns, ns,
+                          ((c1 < 1) | (c2 < 1) | over_p).astype(jnp.float32),
                           (~(finite_s & finite_p)).astype(jnp.int32),
                           jnp.maximum(ds - support_cfg.max_batch_size, 0))
   return w_new, _stack(st_q, st_s)

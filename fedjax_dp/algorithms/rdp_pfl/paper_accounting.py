@@ -22,6 +22,12 @@ With the same RDP values, dp-accounting's own conversion is the same formula (pl
 shortcut for tiny budgets) over a superset of orders (it adds 11 and 128 ... 1024), so its
 epsilon is <= this one, and equal when the best order is on both grids.
 
+The run's own guarantee is not this sum (issue 30): each record is in one stage and
+influences only its release, so a record spends one stage's T tau0 releases and the run's
+epsilon is the larger stage's (`fedjax_dp.algorithms.rdp_pfl.privacy`); the paper's sum
+is reported beside it as the paper's claim (``epsilon_paper``), above the run's epsilon
+for the same sigma.
+
 Errors are `fedjax_dp.validation.FedJaxDpError` naming the argument.
 """
 

@@ -1,6 +1,16 @@
 """Paper 003 in ``fedjax-dp run``: its options, the paper's clients (built from an image
 dataset), the target clients' personalised evaluation, and the paper's own epsilon and
-budget split beside the accountant's."""
+budget split beside the accountant's.
+
+What a run writes (issue 30 sweep): metrics.jsonl's fields are labelled in
+`RdpPfl.metric_labels` (the stages' losses, clip fractions and realised batch sizes are
+diagnostics; the target clients' accuracies are post-processing of the model on data
+outside the protected population) and every record carries the release groups its
+epsilon is the maximum over (``release_groups``). In summary.json, what is computed from
+the source clients' records without noise (their class sets, i.e. their records' label
+sets, and the final meta training loss) is under ``diagnostics``, left out with
+``--dp-metrics-only``; the data description states the configured sizes, not counted
+ones."""
 
 from __future__ import annotations
 
@@ -10,13 +20,14 @@ from typing import Any, Dict, List, Literal, Optional
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
-                                            check_choices)
+from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, ModelSpec,
+                                            Prepared, check_choices)
 from fedjax_dp.algorithms.rdp_pfl import clients, paper_accounting
 from fedjax_dp.algorithms.rdp_pfl.algorithm import AGGREGATIONS, rdp_pfl
 from fedjax_dp.algorithms.rdp_pfl.meta import CLIP_MODES
 from fedjax_dp.federated.driver import DeviceEvaluator
 from fedjax_dp.privacy import disclosure
+from fedjax_dp.privacy.multi_release import release_field
 from fedjax_dp.validation import (FedJaxDpError, check_int, check_non_negative,
                                   check_positive, check_probability)
 
@@ -67,8 +78,13 @@ class RdpPflOptions:
   """share of a source client's images in its query set (the rest: support set)"""
   test_per_class: int = 100
   """test images per class per target client (from the test split)"""
-  aggregation: Literal[AGGREGATIONS] = "data_size"
-  """data_size (eq. 3) or uniform server weights"""
+  aggregation: Literal[AGGREGATIONS] = "uniform"
+  """uniform (default: every source client weighs 1/U, public weights, so the average
+  is post-processing of the DP uploads) or data_size (the paper's eq. 3, p_i =
+  |D_i^S| / |D^S| from the clients' record counts: adding or removing one record moves
+  every weight, so no DP guarantee covers it; the noise is still added, but the run
+  reports epsilon = inf and needs --noise-multiplier, no --target-epsilon). With equal
+  client sizes, as in the paper's experiments, both are the same average"""
   micro_batch_size: Optional[int] = -1
   """rows per micro-batch of a Poisson draw (-1: half the expected batch; unset: the
   whole padded draw at once)"""
@@ -99,6 +115,25 @@ class RdpPfl(FederatedAlgorithm):
       "test_loss_no_adapt": (disclosure.DP, "the global model on the target clients' test "
                              "data (outside the protected population), no adaptation"),
       "test_accuracy_no_adapt": (disclosure.DP, "as test_loss_no_adapt"),
+      "release_groups": (disclosure.PUBLIC, "accounting parameter (the releases one "
+                         "record can influence, per role; epsilon is the largest "
+                         "group's): no client data"),
+  }
+  summary_labels = {
+      **{f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
+          "epsilon_paper", "epsilon_paper_alpha", "epsilon_paper_note",
+          "budget_split_paper", "release_groups", "group_epsilons_rdp",
+          "guarantee_groups", "guarantee_note")},
+      **{f: (disclosure.PUBLIC, "configuration: no client data") for f in (
+          "clip_mode", "mechanism", "aggregation", "evaluation")},
+      "data_structure": (disclosure.PUBLIC, "the configured structure (clients, classes, "
+                         "images per class, the query/support sizes it implies): no "
+                         "client data"),
+      "final_test_accuracy_no_adapt": (disclosure.DP, "the DP model on the target "
+                                       "clients' test data (outside the protected "
+                                       "population), no adaptation"),
+      "diagnostics": (disclosure.DIAGNOSTIC, "computed from the source clients' raw data "
+                      "without noise (their class sets, the meta training loss)"),
   }
 
   def validate(self, options, run) -> None:
@@ -126,6 +161,17 @@ class RdpPfl(FederatedAlgorithm):
     if options.mechanism != "gaussian" and run.target_epsilon is not None:
       raise FedJaxDpError(f"target_epsilon needs mechanism='gaussian' (mechanism="
                           f"{options.mechanism!r} is not private).", option="target_epsilon")
+    if options.aggregation == "data_size" and options.mechanism == "gaussian":
+      if run.target_epsilon is not None:
+        raise FedJaxDpError(
+            "target_epsilon needs aggregation='uniform': aggregation='data_size' (the "
+            "paper's eq. 3) weights by data size, which depends on the client's records, "
+            "so no epsilon covers the run.", option="target_epsilon")
+      if options.noise_multiplier is None:
+        raise FedJaxDpError(
+            "aggregation='data_size' (the paper's eq. 3, without a guarantee: its weights "
+            "depend on the client's records) cannot be calibrated to an epsilon: give "
+            "noise_multiplier, or use aggregation='uniform'.", option="noise_multiplier")
 
   def prepare(self, options, run, data) -> Prepared:
     """The paper's clients (`clients.make_meta_split`) replace the dataset's partition:
@@ -150,20 +196,28 @@ class RdpPfl(FederatedAlgorithm):
 
   def build(self, setup):
     o = setup.options
-    private = o.mechanism == "gaussian"
+    noisy = o.mechanism == "gaussian"
+    split = setup.extras.get("split")
     return rdp_pfl(
         setup.model, setup.data, local_epochs=o.local_epochs,
         query_fraction=o.query_fraction, inner_learning_rate=o.inner_learning_rate,
         outer_learning_rate=o.outer_learning_rate,
         clip_norm=float("inf") if o.mechanism == "none" else o.clip_norm,
-        noise_multiplier=(o.noise_multiplier or 1.0) if private else 0.0,
+        noise_multiplier=(o.noise_multiplier or 1.0) if noisy else 0.0,
         query_sampling_rate=o.query_sampling_rate,
         support_sampling_rate=o.support_sampling_rate, clip_mode=o.clip_mode,
-        aggregation=o.aggregation, private=private, micro_batch_size=o.micro_batch_size,
-        per_example_method=o.per_example_method, chunk_size=setup.run.chunk_size)
+        aggregation=o.aggregation, private=self.calibrates(o),
+        micro_batch_size=o.micro_batch_size, per_example_method=o.per_example_method,
+        chunk_size=setup.run.chunk_size,
+        query_rows=None if split is None else split.query_rows,
+        nominal_sizes=None if split is None else split.nominal_sizes)
 
   def calibrates(self, options) -> bool:
-    return options.mechanism == "gaussian"
+    """Private (a `PrivacySpec`, an epsilon) only with noise and uniform weights."""
+    return options.mechanism == "gaussian" and options.aggregation == "uniform"
+
+  def controller(self, alg, setup, eval_every: int) -> Controller:
+    return _GroupsController(alg, eval_every, setup.phases)
 
   def with_noise_multiplier(self, alg, z):
     return dataclasses.replace(alg, hparams=alg.hparams._replace(noise_multiplier=float(z)),
@@ -192,16 +246,44 @@ class RdpPfl(FederatedAlgorithm):
     split = setup.extras["split"]
     out: Dict[str, Any] = {
         "data_structure": split.description,
-        "class_sets": split.class_sets.tolist(),
         "evaluation": ("mean over target clients of the test accuracy after one plain "
                        "gradient step with eta on their own data (eq. 4); "
                        "*_no_adapt: the global model itself"),
         "final_test_accuracy_no_adapt": _last(records, "test_accuracy_no_adapt"),
-        "final_meta_train_loss": _last(records, "meta_train_loss"),
         "clip_mode": c["clip_mode"], "mechanism": setup.options.mechanism,
+        "aggregation": c["aggregation"],
     }
+    if not run.dp_metrics_only:
+      out["diagnostics"] = {
+          "class_sets": split.class_sets.tolist(),
+          "final_meta_train_loss": _last(records, "meta_train_loss"),
+          "note": ("computed from the clients' raw data without noise (class_sets: each "
+                   "client's label set, source clients first; final_meta_train_loss: the "
+                   "paper's training loss on the support draws, note E4 (i)): simulation "
+                   "diagnostics, not covered by epsilon; left out with "
+                   "--dp-metrics-only")}
+    if c["aggregation"] == "data_size" and setup.options.mechanism == "gaussian":
+      out["guarantee_note"] = (
+          "aggregation='data_size' (the paper's eq. 3): the noise is added, but the "
+          "weights p_i = |D_i^S| / |D^S| depend on the clients' records (adding or "
+          "removing one record moves every weight), so the average is not "
+          "post-processing of the DP uploads: no (epsilon, delta) guarantee, epsilon "
+          "inf. aggregation='uniform' has one.")
     if alg.privacy is None or not records:
       return out
+    ledger = alg.privacy.make_ledger(run.delta)   # the run's, from its records
+    ledger.record_many(*({rel.name: [r[release_field(rel.name, m)] for r in records]
+                          for rel in alg.privacy.releases}
+                         for m in ("noise_multiplier", "sampling_rate", "dp_steps")))
+    out.update(
+        release_groups=[list(g) for g in ledger.groups],
+        group_epsilons_rdp=list(ledger.group_epsilons(accountant="rdp")),
+        guarantee_groups=(
+            "each record is in its client's query set or its support set, for good, and "
+            "influences only its role's releases (groups "
+            + ", ".join("{" + ", ".join(g) + "}" for g in ledger.groups)
+            + "): its guarantee is its group's releases composed, and epsilon is the "
+            "largest group's (group_epsilons_rdp), not every release composed"))
     sigma, tau0 = c["noise_multiplier"], c["local_epochs"]
     rounds = len(records)
     # Theorem 1's epsilon and its split between the stages, from one computation.
@@ -214,8 +296,10 @@ class RdpPfl(FederatedAlgorithm):
                             "Poisson-subsampled Gaussian stages at sensitivity 1, "
                             "composed over T tau0 epochs, converted with eq. (12) (Balle "
                             "et al. 2020) over the Opacus orders; it applies to "
-                            "clip_mode='per_example' and 'first_order' (for 'paper' "
-                            "the code's guarantee is epsilon_rdp, weaker)"),
+                            "clip_mode='per_example' and 'first_order', where it composes "
+                            "both stages for every record though each record is in one "
+                            "(so it is above this run's epsilon for the same sigma); for "
+                            "'paper' the code's guarantee is epsilon_rdp, weaker"),
         budget_split_paper=split_)
     return out
 
@@ -230,7 +314,22 @@ class RdpPfl(FederatedAlgorithm):
       lines.append(f"paper 003's own accounting (Theorem 1): epsilon "
                    f"{s['epsilon_paper']:.3f} at alpha {s['epsilon_paper_alpha']:g}; "
                    f"inner stage's share of the RDP budget {share:.2f}")
+    if s.get("group_epsilons_rdp"):
+      lines.append("epsilon is the larger stage's (each record is in one stage): "
+                   + ", ".join(f"{'+'.join(g)} {e:.3f}" for g, e in
+                               zip(s["release_groups"], s["group_epsilons_rdp"])))
+    if s.get("guarantee_note"):
+      lines.append(s["guarantee_note"])
     return [line for line in lines if line]
+
+
+class _GroupsController(Controller):
+  """The default controller, adding the release groups to every private round's record
+  (so that epsilon can be recomputed from metrics.jsonl alone)."""
+
+  def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
+    groups = self.alg.config.get("release_groups")
+    return {} if groups is None else {"release_groups": groups}
 
 
 def _last(records, key) -> Optional[float]:

@@ -30,11 +30,21 @@ def test_default_calibrates_to_epsilon_2_and_reports_both_epsilons(tmp_path):
   assert s["epsilon_paper"] == pytest.approx(eps_paper)
   assert s["budget_split_paper"]["inner_share"] == pytest.approx(0.5)
   assert s["epsilon_pld"] < s["epsilon_rdp"]
+  # Issue 30: each record is in one stage (groups {query}, {support}), so the run's
+  # epsilon is the larger stage's; the paper's Theorem 1 composes both: above it.
+  assert s["release_groups"] == [["query"], ["support"]]
+  assert s["epsilon_rdp"] == pytest.approx(max(s["group_epsilons_rdp"]), rel=1e-12)
+  assert s["epsilon_paper"] > 1.2 * s["epsilon_rdp"]
+  assert s["aggregation"] == "uniform" and s["observation"] == "aggregate"
+  assert s["algorithm_config"]["nominal_query_size"] == 15  # 3 classes x 10 images / 2
+  assert set(s["diagnostics"]) == {"class_sets", "final_meta_train_loss", "note"}
+  assert "class_sets" not in s and "final_meta_train_loss" not in s
   for r in rows:  # both stages' (z, q, steps) every round
     for name in ("query", "support"):
       assert r[f"{name}_noise_multiplier"] == pytest.approx(s["noise_multiplier"], rel=1e-6)
       assert r[f"{name}_sampling_rate"] == pytest.approx(0.1)
       assert r[f"{name}_dp_steps"] == 1
+    assert r["release_groups"] == [["query"], ["support"]]
   evals = [r for r in rows if "test_accuracy" in r]
   assert [r["round"] for r in evals] == [2, 4]
   assert all(0 <= r["test_accuracy_no_adapt"] <= 1 for r in evals)
@@ -43,6 +53,24 @@ def test_default_calibrates_to_epsilon_2_and_reports_both_epsilons(tmp_path):
   kinds = {k: v["kind"] for k, v in s["metrics_disclosure"].items()}
   assert kinds["test_accuracy"] == "dp" and kinds["meta_train_loss"] == "diagnostic"
   assert kinds["query_noise_multiplier"] == "public"
+  assert kinds["release_groups"] == "public"
+
+
+def test_data_size_weights_run_without_a_guarantee(tmp_path):
+  """Issue 30, F5: the paper's eq. 3 weights depend on the clients' record counts, so a
+  run with them adds the noise but claims no epsilon (inf); --dp-metrics-only leaves
+  the summary's raw-data diagnostics out too."""
+  out = tmp_path / "out"
+  cfg = RunConfig.from_dict(dict(SMALL, out=str(out), aggregation="data_size",
+                                 noise_multiplier=1.0, rounds=2,
+                                 dp_metrics_only=True)).validate()
+  res = run(cfg, progress=False)
+  s = json.loads((out / "summary.json").read_text())
+  assert s["epsilon"] is None and s["guarantee"].startswith("none")  # inf -> null
+  assert "eq. 3" in s["guarantee_note"] and "epsilon_paper" not in s
+  assert s["aggregation"] == "data_size" and "diagnostics" not in s
+  assert all("query_noise_multiplier" not in r for r in res.records)
+  assert res.records[0]["noise_stddev"] == pytest.approx(2.4)  # the noise is added
 
 
 def test_non_private_baseline_learns_and_reports_no_guarantee(tmp_path):
@@ -73,6 +101,9 @@ def test_resume_continues_the_ledger(tmp_path):
     (dict(query_fraction=1.0), "query_fraction"),
     (dict(mechanism="none", noise_multiplier=1.0), "noise_multiplier"),
     (dict(mechanism="none", target_epsilon=2.0), "target_epsilon"),
+    (dict(aggregation="data_size"), "noise_multiplier"),
+    (dict(aggregation="data_size", noise_multiplier=1.0, target_epsilon=2.0),
+     "target_epsilon"),
 ])
 def test_bad_options_name_the_option(kw, option):
   with pytest.raises(FedJaxDpError, match=option):
