@@ -319,7 +319,8 @@ def _cmd_run(argv: List[str]) -> int:
   if not is_primary():  # process 0 reports a multi-process run
     return 128 + getattr(signal, s["interrupted"]["signal"]) if s.get("interrupted") else 0
   eps = s["epsilon"]
-  eps_txt = _eps(eps) if math.isfinite(eps) else "inf (non-private)"
+  eps_txt = (_eps(eps) if math.isfinite(eps) else "inf (non-private)"
+             if s["neighboring_relation"] is None else "inf (no finite guarantee)")
   steady = s.get("steady_time_per_round_s")
   steady_txt = f", {steady * 1e3:.0f} ms/round after compilation" if steady else ""
   per_round = (f" ({s['time_per_round_s'] * 1e3:.0f} ms/round including compilation"
@@ -329,7 +330,9 @@ def _cmd_run(argv: List[str]) -> int:
   print(f"  final test accuracy {s['final_test_accuracy']:.4f} (majority-class baseline "
         f"{s['majority_class_accuracy']:.4f}), test loss {s['final_test_loss']:.4f}")
   if s["neighboring_relation"] is None:
-    print("  privacy: none (non-private baseline: no clipping, no noise; epsilon = inf)")
+    print("  privacy: no guarantee is claimed (epsilon = inf)"
+          + (" : non-private baseline, no clipping, no noise"
+             if s["algorithm"] == "fedavg" else ""))
   else:
     pld = "n/a" if s["epsilon_pld"] is None else _eps(s["epsilon_pld"])
     delta_txt = (f"{s['delta']:g}" if s["delta_total"] in (None, s["delta"]) else

@@ -87,7 +87,8 @@ def test_target_epsilon_is_met_and_nearly_spent(tmp_path):
 def test_fedavg_cli_says_non_private(tmp_path, capsys):
   assert cli.main(["run", *SYNTH, "--algorithm", "fedavg", "--rounds", "2",
                    "--out", str(tmp_path / "fa")]) == 0
-  assert "privacy: none (non-private" in capsys.readouterr().out
+  assert "privacy: no guarantee is claimed (epsilon = inf) : non-private baseline" in \
+      capsys.readouterr().out
 
 
 def test_fedavg_baseline_reports_no_privacy(tmp_path):
@@ -250,14 +251,17 @@ def test_amplitude_varying_from_the_main_job(tmp_path):
   assert "not a guarantee" in s["epsilon_guarantee_note"]
   assert s["epsilon_paper"] == pytest.approx(10.0, rel=1e-6)
   assert rows[-1]["epsilon_paper"] == pytest.approx(10.0, rel=1e-6)
-  assert s["epsilon_pld"] is None and "without replacement" in s["epsilon_pld_note"]
+  # The server sees each model upload with its sender (issue 30): visible participation,
+  # which PLD accounts exactly.
+  assert s["epsilon_pld"] <= s["epsilon_rdp"] and s["observation"] == "attributable"
   assert s["privacy_unit"] == "record-level" and s["accountant"] == "rdp"
-  # The accountant's epsilon from metrics.jsonl alone (fixed-size, replace-one RDP):
+  # The accountant's epsilon from metrics.jsonl alone (fixed-size, replace-one):
   from fedjax_dp.privacy.ledger import PrivacyLedger
   led = PrivacyLedger(delta=rows[0]["delta"], sampler="fixed_size",
                       population_size=rows[0]["population_size"],
                       cohort_size=rows[0]["cohort_size"], privacy_unit="record",
-                      relation=rows[0]["neighboring_relation"])
+                      relation=rows[0]["neighboring_relation"],
+                      observation=rows[0]["observation"])
   led.record_many([r["noise_multiplier"] for r in rows], [r["sampling_rate"] for r in rows],
                   [r["dp_steps"] for r in rows])
   assert led.epsilon() == pytest.approx(s["epsilon_rdp"], rel=1e-6)
@@ -280,17 +284,21 @@ def test_amplitude_varying_online_refinement_from_the_cli(tmp_path):
   assert len(s["noise_stddevs"]) == len(rows)
 
 
-def test_fixed_size_cohorts_finish_with_rdp_and_no_pld(tmp_path, capsys):
-  """dp-accounting's PLD has no sampling-without-replacement event: the summary says so
-  instead of failing after training (which used to lose the summary)."""
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_fixed_size_cohorts_report_pld_too(tmp_path, capsys, accountant):
+  """Fixed-size cohorts (sampling without replacement) have a PLD since issue 30 (F9;
+  `fedjax_dp.privacy.accountants.sampled_without_replacement_gaussian_pld`): both
+  epsilons are reported, and --accountant pld is no longer refused."""
   out = tmp_path / "fs"
   rc = cli.main(["run", "--dataset", "synthetic", "--num-clients", "20", "--model",
                  "linear", "--rounds", "2", "--sampler", "fixed_size",
-                 "--clients-per-round", "5", "--no-progress", "--out", str(out)])
+                 "--clients-per-round", "5", "--no-progress", "--accountant", accountant,
+                 "--out", str(out)])
   assert rc == 0
   s = json.loads((out / "summary.json").read_text())
-  assert s["epsilon_pld"] is None and s["epsilon_rdp"] > 0
-  assert "PLD n/a" in capsys.readouterr().out
+  assert 0 < s["epsilon_pld"] < s["epsilon_rdp"]
+  assert s["epsilon"] == s[f"epsilon_{accountant}"]
+  assert "PLD n/a" not in capsys.readouterr().out
 
 
 @pytest.mark.skipif(fashion_mnist.locate() is None, reason="Fashion-MNIST not installed")

@@ -116,7 +116,6 @@ def test_seed_outside_uint32(capsys, tmp_path, seed):
     (["--partition", "natural", "--dataset", "fashion_mnist"], "no natural clients"),
     (["--partition", "dirichlet", "--num-clients", "100000"], "num_clients must be in"),
     (["--dataset", "mnist", "--model", "har_cnn"], "needs [time, channels] features"),
-    (["--sampler", "fixed_size", "--accountant", "pld"], "PLD has no event for a fixed-size"),
     (["--target-epsilon", "1e-9", "--noise-multiplier", "0.5"],
      "below the epsilon of a single round"),
     # padpfl (paper 000): impact factors, R, mu, mechanism, data

@@ -203,7 +203,17 @@ def main(argv: Optional[List[str]] = None):
   if args.out is None:
     args.out = os.path.join(HERE, "results",
                             "compare_quick.json" if args.quick else "compare.json")
-  logging.getLogger("absl").setLevel(logging.ERROR)  # dp_accounting's RDP order notes
+  absl_log = logging.getLogger("absl")
+  level = absl_log.level
+  absl_log.setLevel(logging.ERROR)  # dp_accounting's RDP order notes
+  try:
+    return _run_and_write(args)
+  finally:
+    absl_log.setLevel(level)
+
+
+def _run_and_write(args) -> dict:
+  """Runs the comparison of `main` and writes its JSON and markdown."""
   cfg = dict(QUICK if args.quick else FULL)
   if args.datasets:
     cfg["datasets"] = tuple(args.datasets.split(","))

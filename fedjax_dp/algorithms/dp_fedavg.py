@@ -18,10 +18,13 @@ Privacy (the round states it, `fedjax_dp.federated.round.round_relation`):
 * fixed-size cohorts of m < N: replace-one, sensitivity 2S, each round
   SampledWithoutReplacementDpEvent(N, m, GaussianDpEvent(z / 2)); m = N: GaussianDpEvent(z / 2);
 * ``noise_placement="local"`` (each client adds N(0, (z_k S)^2) to its clipped update,
-  z_k may differ by client): zero-out of one user under Poisson sampling, where each
-  round is a plain GaussianDpEvent(z_k) (participation is visible, no amplification),
-  replace-one for fixed-size cohorts; every client accounted with its own z_k in every
-  round.
+  z_k may differ by client): the server sees each upload with its sender
+  (observation ``"attributable"``), so sampling gives no amplification; each round is
+  VisibleParticipationDpEvent(q, GaussianDpEvent(z_k)) (the user's upload is a Gaussian
+  release in the rounds it takes part in, probability q = m/N for fixed size, and the
+  other rounds reveal nothing of it; `fedjax_dp.privacy.events`), under zero-out for
+  Poisson cohorts (sensitivity S) and replace-one for fixed-size ones (2S); every client
+  accounted with its own z_k in every round.
 
 Adaptive clipping (Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning
 with Adaptive Clipping", NeurIPS 2021, arXiv:1905.03871, Algorithm 1 and Sec. 3.1;
@@ -58,8 +61,8 @@ from fedjax_dp.algorithms.interface import FederatedAlgorithm
 from fedjax_dp.algorithms.options import FederatedOptions
 from fedjax_dp.federated import aggregation, server, sharding
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
-from fedjax_dp.federated.round import (RoundConfig, RoundHParams, amplified,
-                                       init_mechanism_state, make_round, round_relation)
+from fedjax_dp.federated.round import (RoundConfig, RoundHParams, init_mechanism_state,
+                                       make_round, round_observation, round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
 from fedjax_dp.privacy import adaptive_clipping as adaptive_lib
 from fedjax_dp.privacy import disclosure, events, sensitivity
@@ -266,7 +269,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
               fedsgd: bool = False, noise_placement: str = "central",
               population_weight: Optional[float] = None, client_update=None,
               chunk_size: Optional[int] = None, mesh=None,
-              adaptive_clipping: Optional[AdaptiveClipping] = None) -> Algorithm:
+              adaptive_clipping: Optional[AdaptiveClipping] = None,
+              observed_client: Optional[int] = None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -318,6 +322,9 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
       fixed-size cohorts, as without it), which must lie below z_b = sigma_b / Delta_b;
       the update sum gets ``z_Delta = (z^-2 - z_b^-2)^-1/2``. Central noise, one z for
       all clients, user level only.
+    observed_client: with local noise, a population client id whose upload the round
+      also returns as the server receives it (``RoundConfig.observed_client``), for
+      canary audits of attributable uploads; None otherwise.
 
   Returns:
     An `Algorithm`. With ``adaptive_clipping`` its initial state carries the clip norm
@@ -361,16 +368,19 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                                                              data_size_cap)
                          if population_weight is None else
                          check_positive("population_weight", population_weight)),
-      chunk_size=chunk_size, adaptive_clip=adaptive)
+      chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client)
   server_opt = _server_optimizer(server_optimizer, server_learning_rate)
   round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
   relation = round_relation(samp, config)
   event_scale = clip_norm / sensitivity.sum_sensitivity(clip_norm, relation)
-  note = ("every client adds its own noise (local placement): accounted per client, "
-          "under zero-out for Poisson cohorts, where a client's participation is "
-          "visible (its noise comes with its update), so amplification by sampling is "
-          "not claimed" if noise_placement == "local" else "")
+  observation = round_observation(samp, config)
+  note = ("every client adds its own noise (local placement) and the server sees each "
+          "upload with its sender: no amplification by sampling is claimed; each round "
+          "costs a client its Gaussian release with the probability it takes part "
+          "(visible participation), accounted per client"
+          + (" under zero-out" if samp.kind == "poisson" else "")
+          if noise_placement == "local" else "")
   clipped = "each client's update (S)"
   extra_config = {}
   if adaptive is not None:
@@ -384,7 +394,7 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                         count_noise_multiplier=z_count)
   privacy = PrivacySpec(
       "user-level", relation, samp.kind,
-      sampling_rate=samp.sampling_rate if amplified(samp, config) else 1.0,
+      sampling_rate=samp.sampling_rate, observation=observation,
       population_size=samp.population_size if samp.kind == "fixed_size" else None,
       cohort_size=samp.k_max if samp.kind == "fixed_size" else None,
       truncation=_cohort_truncation(samp),
@@ -493,11 +503,13 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
                            server_learning_rate),
       privacy=PrivacySpec(
           "record-level", "add_remove", "poisson", sampling_rate=q_r,
-          steps=dp_cfg.num_steps,
+          steps=dp_cfg.num_steps, observation=round_observation(samp, config),
           truncation=dp_cfg.truncation(data.max_examples, samp.k_max),
           clip_norm=record_clip_norm, clipped="each example's gradient (C_r)",
           note=("each round composes the local DP-SGD steps of Poisson-sampled examples; "
-                "amplification by client sampling is not claimed (conservative). Steps "
+                "the server sees each client's upload with its sender, which hides the "
+                "record sampling inside it (amplified) but not the client's "
+                "participation: amplification by client sampling is not claimed. Steps "
                 "are divided by the public expected batch size and uploads averaged "
                 "uniformly, so no client's data size enters the release.")),
       k_max=samp.k_max, sampling_rate=samp.sampling_rate,
@@ -604,6 +616,14 @@ class DpFedAvg(FederatedAlgorithm):
                              "post-processing of the earlier rounds' noisy counts"),
       "unclipped_fraction_dp": (disclosure.DP, "the noisy fraction of unclipped updates "
                                 "(the count release, covered by epsilon)"),
+      "update_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      "count_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+  }
+  summary_labels = {
+      "final_clip_norm": (disclosure.DP, "the last adaptive clip norm: post-processing "
+                          "of the noisy counts"),
+      "final_unclipped_fraction_dp": (disclosure.DP, "the last noisy unclipped fraction "
+                                      "(the count release)"),
       "update_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
       "count_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
   }

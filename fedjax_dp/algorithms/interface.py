@@ -235,6 +235,10 @@ class FederatedAlgorithm:
     metric_labels: ``{field: (kind, why)}``: the disclosure label
       (`fedjax_dp.privacy.disclosure`: ``"public"``, ``"dp"`` or ``"diagnostic"``) of
       every field the algorithm's controller adds to metrics.jsonl.
+    summary_labels: ``{field: (kind, why)}``: the disclosure label of every field its
+      `summary_fields` adds to summary.json (``--dp-metrics-only`` drops the
+      diagnostic ones; an unlabelled field is treated as a diagnostic, with a
+      warning).
     from_test_metrics: those of its fields computed from the test metrics (they are
       diagnostics when the test set is the clients' own data).
   """
@@ -247,6 +251,7 @@ class FederatedAlgorithm:
   default_target_epsilon: ClassVar[Optional[float]] = None
   function: ClassVar[Any] = None
   metric_labels: ClassVar[Dict[str, Tuple[str, str]]] = {}
+  summary_labels: ClassVar[Dict[str, Tuple[str, str]]] = {}
   from_test_metrics: ClassVar[Tuple[str, ...]] = ()
 
   def validate(self, options, run) -> None:

@@ -11,13 +11,15 @@ Distinguisher (fixed before the scored repetitions are seen): a first batch of
 repetitions of each world (the calibration split) estimates, for every round t, the
 mean model change of each world; their difference ``d_t`` is the canary's direction.
 Each scored repetition's round-t change is projected on ``d_t`` (``x_t``) and scored
-three ways: the Gaussian log-likelihood ratio ``sum_t x_t |d_t| / s_t^2``; the same for
+four ways: the Gaussian log-likelihood ratio ``sum_t x_t |d_t| / s_t^2``; the same for
 a canary that takes part with probability ``pi`` (``sum_t log(1 - pi + pi exp((x_t m_t -
 m_t^2 / 2) / s_t^2))``, ``m_t = |d_t| / pi``: the optimal test of a sampled Gaussian);
-and ``sum_t |change_t - mean_out_t|^2`` (a mechanism whose noise scale depends on the
-canary). `fedjax_dp.privacy.audit` turns the scores into a lower bound holding with
-confidence ``1 - alpha`` (Clopper-Pearson; no Bonferroni correction is needed over the
-three scores; Kairouz, Oh, Viswanath 2015; Jagielski, Ullman, Oprea 2020; Nasr et al.
+``sum_t |change_t - mean_out_t|^2`` (a mechanism whose noise scale depends on the
+canary); and, for attributable uploads, the Gaussian log-likelihood ratio summed over
+the rounds in which the canary was seen uploading, with its direction and spread fitted
+on those rounds only (the optimal test of visible participation). `fedjax_dp.privacy.audit`
+turns the scores into a lower bound holding with confidence ``1 - alpha``
+(Clopper-Pearson; no Bonferroni correction is needed over the scores; Kairouz, Oh, Viswanath 2015; Jagielski, Ullman, Oprea 2020; Nasr et al.
 2021), with the score, its direction and the threshold chosen on the calibration split
 too, so that the bound is a valid confidence bound.
 
@@ -25,6 +27,24 @@ The claimed epsilon is what the code's own ledger reports for the "in" runs (the
 median, when the reported noise depends on the sampling). A sound mechanism has
 ``lower bound <= claimed``; a lower bound above the claim proves the implementation, its
 calibration or its accounting wrong.
+
+What is observed. The audit observes what the mechanism's threat model says the server
+sees (`Setup.observation`, the release's declared
+`fedjax_dp.privacy.events.OBSERVATIONS`): for ``"aggregate"`` the model change of each
+round (the noisy aggregate, post-processed); for ``"attributable"`` the canary client's
+own upload as the server receives it, and zeros in the rounds it did not take part in
+(`upload_observer`; the round must be built with ``RoundConfig(observed_client=...)``).
+A claim that is too small for the declared observation is caught; an audit that
+observed less than the server sees could not catch it.
+
+What it can and cannot catch. The bound is a Clopper-Pearson confidence bound over
+``repetitions`` scored runs per world, so the largest epsilon it can prove is about
+``log(repetitions / 4)`` (`max_provable`: 8.5 for 20,000 repetitions at confidence 95%):
+claims above that are never contradicted, however wrong. It proves a claim too small for
+the simulated canary, never that a claim is right; it sees only the rounds and the
+canary it simulates (a bug that needs a particular dataset, many rounds or a weak signal
+below the noise goes unseen), and its distinguishers are fixed in advance (the linear
+Gaussian test, the sampled-Gaussian test, and the energy of the change).
 """
 
 from __future__ import annotations
@@ -32,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import jax
 import jax.flatten_util
@@ -70,6 +90,12 @@ class Setup:
     simulation_key: setups with the same key simulate the same thing (they differ in
       their claim only), so `run` with a ``cache`` simulates them once; None: never
       shared.
+    observation: what the server observes of the audited release (one of
+      `fedjax_dp.privacy.events.OBSERVATIONS`): the claim's ledger accounts for it and
+      ``observe`` must produce it (targets set both from the mechanism's `PrivacySpec`).
+    observe: ``observe(state_before, state_after, metrics) -> float vector [P]``: what
+      the adversary sees of one round; None: the change of ``state.params`` (the
+      aggregate). `upload_observer` gives the canary's attributable upload.
   """
   round_out: Callable
   round_in: Callable
@@ -82,6 +108,8 @@ class Setup:
   delta: float
   description: str = ""
   simulation_key: Optional[str] = None
+  observation: str = "aggregate"
+  observe: Optional[Callable] = None
 
   @property
   def rounds(self) -> int:
@@ -120,20 +148,36 @@ class AuditReport:
   score: str
 
 
-def _simulator(round_fn: Callable, rounds: int) -> Callable:
+def params_change(state_before, state_after, metrics) -> jax.Array:
+  """The default observation: the flat change of the model (the released aggregate)."""
+  del metrics
+  before, _ = jax.flatten_util.ravel_pytree(state_before.params)
+  after, _ = jax.flatten_util.ravel_pytree(state_after.params)
+  return after - before
+
+
+def upload_observer(state_before, state_after, metrics) -> jax.Array:
+  """The observation of an attributable release: the canary client's upload as the
+  server receives it (zeros in rounds it did not take part in), from a round built with
+  ``RoundConfig(observed_client=canary)`` (`fedjax_dp.federated.round.RoundConfig`)."""
+  del state_before, state_after
+  return metrics.extras["observed_upload"]
+
+
+def _simulator(round_fn: Callable, rounds: int,
+               observe: Optional[Callable] = None) -> Callable:
   """``sim(data, init, hp, keys) -> (changes [R, T, P], metrics {f: [R, T, ...]})``."""
+  observe = params_change if observe is None else observe
 
   def one(data, init, hp, key):
     def body(state, hp_t):
       new, m = round_fn(state, data, hp_t, key)
-      before, _ = jax.flatten_util.ravel_pytree(state.params)
-      after, _ = jax.flatten_util.ravel_pytree(new.params)
       out = {f: getattr(m, f) for f in CLAIM_FIELDS}
       if m.client_noise_multipliers is not None:
         out["client_noise_multipliers"] = m.client_noise_multipliers
       for name, fields in (m.releases or {}).items():  # several releases per round
         out.update({f"{name}_{f}": fields[f] for f in RELEASE_FIELDS})
-      return new, (after - before, out)
+      return new, (observe(state, new, m), out)
 
     _, (changes, metrics) = jax.lax.scan(body, init, hp)
     return changes, metrics
@@ -152,9 +196,35 @@ def _run_world(sim: Callable, data, init, hp, key, reps: int, batch: int):
                                     for k in metrics[0]})
 
 
+class _Visible(NamedTuple):
+  """The canary's direction and spread fitted on the rounds it took part in (an
+  attributable observation is exactly zero in the others)."""
+  mean_out: np.ndarray   # [T, P]
+  direction: np.ndarray  # [T, P]
+  spread: np.ndarray     # [T]
+
+
+def _took_part(changes: np.ndarray) -> np.ndarray:
+  """``[R, T]``: whether the observation is non-zero (an upload was seen)."""
+  return np.any(changes != 0, axis=2)
+
+
+def _fit_visible(fit_out: np.ndarray, fit_in: np.ndarray) -> _Visible:
+  def cond_mean(c):
+    part = _took_part(c)[:, :, None]
+    return np.sum(c * part, axis=0) / np.maximum(np.sum(part, axis=0), 1)
+  mean_out = cond_mean(fit_out)
+  direction = cond_mean(fit_in) - mean_out
+  unit = direction / np.maximum(np.linalg.norm(direction, axis=1), 1e-30)[:, None]
+  x = np.einsum("rtp,tp->rt", fit_out - mean_out[None], unit)
+  part = _took_part(fit_out)
+  var = np.sum(part * x * x, axis=0) / np.maximum(np.sum(part, axis=0) - 1, 1)
+  return _Visible(mean_out, direction, np.sqrt(var))
+
+
 def _scores(changes: np.ndarray, mean_out: np.ndarray, direction: np.ndarray,
-            spread: np.ndarray, pi: float) -> np.ndarray:
-  """``[R, 3]`` scores of changes ``[R, T, P]`` (module docstring)."""
+            spread: np.ndarray, pi: float, visible: _Visible) -> np.ndarray:
+  """``[R, 4]`` scores of changes ``[R, T, P]`` (module docstring)."""
   norm = np.linalg.norm(direction, axis=1)                   # |d_t|, [T]
   unit = direction / np.maximum(norm, 1e-30)[:, None]
   centred = changes - mean_out[None]
@@ -166,10 +236,18 @@ def _scores(changes: np.ndarray, mean_out: np.ndarray, direction: np.ndarray,
     sampled = np.sum(np.logaddexp(np.log1p(-min(pi, 1 - 1e-12)),
                                   np.log(pi) + (x * m - m * m / 2) / s2), axis=1)
   energy = np.sum(centred ** 2, axis=(1, 2))
-  return np.stack([linear, sampled, energy], axis=1)
+  # Visible participation: the Gaussian log-likelihood ratio summed over the rounds in
+  # which the canary was seen uploading (the optimal test of an attributable release).
+  vnorm = np.linalg.norm(visible.direction, axis=1)
+  vunit = visible.direction / np.maximum(vnorm, 1e-30)[:, None]
+  vx = np.einsum("rtp,tp->rt", changes - visible.mean_out[None], vunit)
+  vs2 = np.maximum(visible.spread, 1e-30) ** 2
+  seen = _took_part(changes)
+  visible_llr = np.sum(seen * (vx * vnorm - vnorm * vnorm / 2) / vs2, axis=1)
+  return np.stack([linear, sampled, energy, visible_llr], axis=1)
 
 
-SCORES = ("gaussian_llr", "sampled_gaussian_llr", "energy")
+SCORES = ("gaussian_llr", "sampled_gaussian_llr", "energy", "visible_gaussian_llr")
 
 
 def run(setup: Setup, repetitions: int = 20000, calibration: int = 10000,
@@ -225,9 +303,9 @@ def _simulate_and_bound(setup: Setup, repetitions: int, calibration: int, key, a
   rounds = setup.rounds
   total = repetitions + calibration
   k_out, k_in = jax.random.split(key)
-  sim_out = _simulator(setup.round_out, rounds)
-  sim_in = sim_out if setup.round_in is setup.round_out else _simulator(setup.round_in,
-                                                                        rounds)
+  sim_out = _simulator(setup.round_out, rounds, setup.observe)
+  sim_in = sim_out if setup.round_in is setup.round_out else _simulator(
+      setup.round_in, rounds, setup.observe)
   hp = setup.schedule()
   ch_out, _ = _run_world(sim_out, setup.data_out, setup.init, hp, k_out, total, batch)
   ch_in, met_in = _run_world(sim_in, setup.data_in, setup.init, hp, k_in, total, batch)
@@ -241,7 +319,8 @@ def _simulate_and_bound(setup: Setup, repetitions: int, calibration: int, key, a
   unit = direction / np.maximum(np.linalg.norm(direction, axis=1), 1e-30)[:, None]
   spread = np.einsum("rtp,tp->rt", fit_out - mean_out[None], unit).std(axis=0)
   pi = float(setup.inclusion_prob)
-  score = lambda c: _scores(c, mean_out, direction, spread, pi)
+  visible = _fit_visible(fit_out, fit_in)
+  score = lambda c: _scores(c, mean_out, direction, spread, pi, visible)
   test = stats.choose_test(score(sel_out), score(sel_in), repetitions, setup.delta, alpha)
   bound = stats.epsilon_lower_bound_at(score(test_out), score(test_in), test, setup.delta,
                                        alpha)

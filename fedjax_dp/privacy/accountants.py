@@ -240,8 +240,8 @@ def _rdp_uncached(event: dp_accounting.DpEvent, orders: Tuple[float, ...],
   return vec, tuple(collector.seen)
 
 
-def visible_participation_rdp(sampling_probability: float, orders: Sequence[float],
-                              inner_rdp: Sequence[float]) -> np.ndarray:
+def visible_participation_rdp(sampling_probability: float, orders: Any,
+                              inner_rdp: Any) -> np.ndarray:
   """RDP of `VisibleParticipationDpEvent(q, E)` from E's RDP ``R`` at ``orders``:
   ``log(1 - q + q exp((alpha - 1) R_alpha)) / (alpha - 1)`` (exact when R is; the
   divergence of a mixture whose component the observer sees is the mixture of the
@@ -325,8 +325,8 @@ def sampled_without_replacement_gaussian_pld(
             for t in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
   bounds = [l.connect_dots_bounds() for l in losses]
   h = float(value_discretization_interval)
-  lo = math.floor(min(b.epsilon_lower for b in bounds) / h)
-  hi = math.ceil(max(b.epsilon_upper for b in bounds) / h)
+  lo = math.floor(min(float(b.epsilon_lower or 0.0) for b in bounds) / h)
+  hi = math.ceil(max(float(b.epsilon_upper or 0.0) for b in bounds) / h)
   rounded = np.arange(lo, hi + 1)
   eps = rounded * h
   deltas = np.maximum(np.asarray(losses[0].get_delta_for_epsilon(eps), np.float64),

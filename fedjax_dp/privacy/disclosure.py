@@ -14,6 +14,13 @@ unclassified. ``fedjax-dp run --dp-metrics-only`` writes only the ``"dp"`` and
   model), possibly with data outside the protected population (a central test set).
 * ``"diagnostic"``: computed from the clients' raw data; NOT covered by epsilon.
 
+summary.json is labelled the same way (`SUMMARY_LABELS`, an algorithm's own
+``summary_labels``, `summary_labels_for_run`): its ``summary_disclosure`` table gives
+every field's kind, and ``--dp-metrics-only`` drops its diagnostic fields too
+(`released_summary`). A field computed from the clients' raw data without noise (a
+training-label baseline, data sizes under add/remove, exact label statistics) is a
+diagnostic; configuration, accounting and what is computed from DP releases are not.
+
 Several releases per round (`fedjax_dp.privacy.multi_release`): each release's fields
 (``{name}_noise_multiplier``, ..., ``{name}_truncation_cap``, ...) are accounting
 parameters; `release_labels` labels them, and an algorithm with releases adds those
@@ -22,7 +29,7 @@ labels to its ``metric_labels``.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Mapping, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 from fedjax_dp.privacy.multi_release import (RELEASE_METRICS, RELEASE_TRUNCATION_FIELDS,
                                              check_release_name, release_field)
@@ -61,6 +68,9 @@ LABELS: Dict[str, Tuple[str, str]] = {
     "delta": (PUBLIC, ACCOUNTING),
     "sampler": (PUBLIC, ACCOUNTING),
     "neighboring_relation": (PUBLIC, ACCOUNTING),
+    "observation": (PUBLIC, "accounting parameter (what the server observes of each "
+                    "release: the aggregate or each upload with its sender): no client "
+                    "data"),
     "privacy_unit": (PUBLIC, ACCOUNTING),
     "population_size": (PUBLIC, ACCOUNTING),
     "cohort_size": (PUBLIC, ACCOUNTING),
@@ -80,6 +90,92 @@ LABELS: Dict[str, Tuple[str, str]] = {
 }
 
 _TEST_FIELDS = ("test_loss", "test_accuracy")
+
+_CONFIG = "configuration: no client data"
+_ACCT = "accounting of the noise added: no client data"
+_TIMING = "timing of the simulation; may depend on the data"
+
+#: summary.json's fields common to every run (`fedjax_dp.runs.loop`), field -> (kind,
+#: why). ``final_test_*`` follow the test metrics (`summary_labels_for_run`).
+SUMMARY_LABELS: Dict[str, Tuple[str, str]] = {
+    **{f: (PUBLIC, _CONFIG) for f in (
+        "algorithm", "dataset", "model", "rounds", "interrupted", "budget_guard",
+        "delta", "accountant", "privacy_unit", "neighboring_relation", "privacy_note",
+        "noise_multiplier", "clip_norm", "clipped", "sampling_rate", "k_max", "devices",
+        "processes", "metrics_dp_only", "metrics_disclosure", "summary_disclosure",
+        "config", "relation", "observation", "observed_by_server", "sweep")},
+    **{f: (PUBLIC, _ACCT) for f in (
+        "epsilon", "epsilon_rdp", "epsilon_pld", "epsilon_pld_note", "delta_meaning",
+        "accounting_warnings", "truncation_probability", "delta_total", "guarantee",
+        "release_epsilons_rdp", "worst_client", "per_client_epsilon_rdp")},
+    "num_clients": (PUBLIC, "the population size N, public as in every DP-FL "
+                    "accounting (the fixed denominator q N and the sampling rate use it)"),
+    "algorithm_config": (PUBLIC, "the resolved configuration: hyper-parameters and "
+                         "public sizes; an algorithm that derived a value from the "
+                         "clients' data reports it as its own labelled field instead"),
+    "dataset_description": (DIAGNOSTIC, "the data's sizes (total and per-client "
+                            "examples): computed from the clients' raw data"),
+    "majority_class_accuracy": (DIAGNOSTIC, "the baseline of always predicting the "
+                                "majority class of the clients' training labels"),
+    "final_test_accuracy": (DP, "the DP model evaluated on a central test set outside "
+                            "the clients' data"),
+    "final_test_loss": (DP, "the DP model evaluated on a central test set outside the "
+                        "clients' data"),
+    "wall_time_s": (DIAGNOSTIC, _TIMING),
+    "time_per_round_s": (DIAGNOSTIC, _TIMING),
+    "steady_time_per_round_s": (DIAGNOSTIC, _TIMING),
+    "wall_time_note": (PUBLIC, "how wall times are measured: no client data"),
+}
+
+
+def summary_labels_for_run(test_set_is_client_data: bool,
+                           extra: Optional[Mapping[str, Tuple[str, str]]] = None,
+                           final_test_fields: Iterable[str] = ()
+                           ) -> Dict[str, Tuple[str, str]]:
+  """`SUMMARY_LABELS` plus an algorithm's own summary fields ``extra`` (its
+  `fedjax_dp.algorithms.interface.FederatedAlgorithm.summary_labels`), with
+  ``final_test_accuracy``, ``final_test_loss`` and ``final_test_fields`` (e.g.
+  ``final_test_personalized_accuracy``) labelled like the test metrics: DP on a central
+  test set, diagnostic on the clients' own data.
+
+  Raises:
+    FedJaxDpError: an ``extra`` label of an unknown kind.
+  """
+  out = dict(SUMMARY_LABELS)
+  for field, (kind, why) in dict(extra or {}).items():
+    if kind not in KINDS:
+      raise FedJaxDpError(f"the disclosure label of summary field {field!r} must be one "
+                          f"of {KINDS}, got {kind!r}.")
+    out[field] = (kind, why)
+  for f in ("final_test_accuracy", "final_test_loss", *final_test_fields):
+    out[f] = ((DIAGNOSTIC, "evaluated on the clients' own (held-out) data; not covered "
+               "by epsilon") if test_set_is_client_data else
+              (DP, "the DP model evaluated on a central test set outside the clients' "
+               "data"))
+  return out
+
+
+def summary_table(summary: Mapping[str, Any], labels: Mapping[str, Tuple[str, str]]
+                  ) -> Tuple[Dict[str, Dict[str, str]], List[str]]:
+  """``({field: {"kind", "why"}}, unlabelled fields)`` of a summary. A run labels an
+  unlabelled field a diagnostic (conservative: never released as covered) and warns;
+  the tests require every field of every algorithm to be labelled."""
+  table_, missing = {}, []
+  for f in sorted(summary):
+    if f in labels:
+      kind, why = labels[f]
+    else:
+      missing.append(f)
+      kind, why = DIAGNOSTIC, "unlabelled: treated as a diagnostic"
+    table_[f] = {"kind": kind, "why": why}
+  return table_, missing
+
+
+def released_summary(summary: Mapping[str, Any],
+                     table_: Mapping[str, Mapping[str, str]]) -> Dict[str, Any]:
+  """The summary without its diagnostic fields (``--dp-metrics-only``)."""
+  return {k: v for k, v in summary.items()
+          if table_.get(k, {"kind": DIAGNOSTIC})["kind"] != DIAGNOSTIC}
 
 
 def release_labels(names: Iterable[str]) -> Dict[str, Tuple[str, str]]:

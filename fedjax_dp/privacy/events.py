@@ -298,9 +298,9 @@ def _build_event(z: float, q: float, steps: int, sampler: str,
     # the rounds the unit takes part in (probability q, m / n for fixed size).
     inner = gaussian if steps == 1 else dp_accounting.SelfComposedDpEvent(gaussian, steps)
     if sampler == "fixed_size":
-      q = cohort_size / population_size
+      q = int(cohort_size or 0) / int(population_size or 1)
     return inner if q == 1.0 else VisibleParticipationDpEvent(q, inner)
-  if sampler == "fixed_size" and cohort_size < population_size:
+  if sampler == "fixed_size" and int(cohort_size or 0) < int(population_size or 0):
     event = dp_accounting.SampledWithoutReplacementDpEvent(
         population_size, cohort_size, gaussian)
   elif sampler == "fixed_size" or q == 1.0:  # everyone takes part: no amplification

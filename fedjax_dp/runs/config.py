@@ -41,8 +41,8 @@ class RunConfig:
   ``resume`` continues the run in that folder from its newest checkpoint with its saved
   configuration; ``resume_rounds`` takes it to that many rounds in all (more than it
   has done: e.g. extending a finished run), keeping its noise multiplier.
-  ``dp_metrics_only`` writes only the metrics released under DP or public
-  (`fedjax_dp.privacy.disclosure`).
+  ``dp_metrics_only`` writes only the metrics and summary fields released under DP or
+  public (`fedjax_dp.privacy.disclosure`), and no partition.png.
   """
   algorithm: str = registry.DEFAULT
   """the algorithm (`fedjax_dp.algorithms.registry`; its options are listed below)"""
@@ -130,8 +130,9 @@ class RunConfig:
   verify_checksums: bool = True
   """refuse data files that fail their published checksums"""
   dp_metrics_only: bool = False
-  """write only metrics released under DP or public to metrics.jsonl (no train loss,
-  update norms, clip fractions: those are computed from raw client data)"""
+  """write only metrics released under DP or public to metrics.jsonl and summary.json (no
+  train loss, update norms, clip fractions, data sizes, partition.png: those are computed
+  from raw client data)"""
   allow_large_delta: bool = False
   """accept delta >= 1/n for the privacy unit's population n (refused otherwise: such a
   delta allows publishing a unit's data outright); for reproducing a paper that used one;

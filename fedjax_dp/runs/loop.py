@@ -31,11 +31,15 @@ from fedjax_dp.checkpoint import RunCheckpointer
 from fedjax_dp.federated import (PopulationData, make_block_fn, make_device_evaluator,
                                  run_rounds, sharding)
 from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
-from fedjax_dp.privacy import accountants, disclosure
+from fedjax_dp.privacy import disclosure
 from fedjax_dp.runs import outputs, plots
 from fedjax_dp.runs import privacy as run_privacy
 from fedjax_dp.runs import writers as writers_lib
 from fedjax_dp.runs.config import RunConfig, parse_hidden
+# The summary's pieces live in `fedjax_dp.runs.summary` (re-exported for callers).
+from fedjax_dp.runs.summary import (  # noqa: F401
+    accounting_warnings, block_rounds, check_delta_bound, common_summary, delta_bound,
+    delta_meaning, label_summary, published_summary, wall_time_note)
 from fedjax_dp.validation import FedJaxDpError
 
 #: Version of the records in metrics.jsonl and checkpoints. 2: ``noise_multiplier`` is
@@ -196,142 +200,6 @@ def build(setup: Setup, saved_z: Any = None) -> Tuple[Any, Any]:
   if alg.privacy.per_client:
     return alg, np.asarray(alg.config[name], np.float32)
   return alg, float(given)
-
-
-def delta_bound(spec, setup: Setup) -> Optional[Dict[str, Any]]:
-  """What a run's delta is measured against: the population of its privacy unit.
-
-  (epsilon, delta)-DP with delta >= 1/n over n protected units is met by a mechanism
-  that publishes a randomly chosen unit outright, so delta must lie below 1/n (Dwork
-  and Roth 2014, "The Algorithmic Foundations of Differential Privacy", Sec. 2.3:
-  deltas of the order of 1/n "permit preserving privacy by publishing the complete
-  records of a small number of database participants").
-
-  * user-level (``spec.unit``): n = the number of clients.
-  * record-level (every record-level algorithm, per-device accounting included):
-    n = the fewest training records a client holds (over the run's data phases). A
-    mechanism that publishes one random record of *every* client is (0, 1/n)-DP at
-    record level, so delta >= 1/n allows it. The stricter usual advice, delta well
-    below one over all training records (``records_total``), is reported, not
-    enforced (the papers' settings reproduced here use larger deltas).
-
-  Args:
-    spec: the algorithm's `fedjax_dp.algorithms.base.PrivacySpec`, or None.
-    setup: the run's `Setup` (its data: ``num_clients``, int ``counts [N]``).
-
-  Returns:
-    None for a non-private run (``spec`` None), else ``{"unit", "n", "limit" (1/n),
-    "population" (what n counts, in words), "records_total"}``.
-  """
-  if spec is None:
-    return None
-  data = setup.data
-  counts = np.asarray(data.counts)
-  total = int(counts.sum())
-  if spec.unit == "user-level":
-    n = int(data.num_clients)
-    population = f"the {n} clients"
-  else:
-    phases = [np.asarray(p.counts) for _, p in (setup.phases or ())]
-    held = np.concatenate([c[c > 0] for c in [counts] + phases])
-    n = int(held.min()) if held.size else 1
-    population = f"{n}, the fewest training records a client holds"
-  return {"unit": spec.unit, "n": n, "limit": 1.0 / n, "population": population,
-          "records_total": total}
-
-
-def check_delta_bound(delta: float, bound: Optional[Dict[str, Any]]) -> None:
-  """Refuses ``delta >= 1/n`` (`delta_bound`; nothing to check when ``bound`` is None).
-
-  Raises:
-    FedJaxDpError: naming ``delta``, its value, the bound and the population (option
-      ``delta``).
-  """
-  if bound is None or delta < bound["limit"]:
-    return
-  n = bound["n"]
-  if bound["unit"] == "user-level":
-    why = (f"n = {n}, the number of clients: with delta >= 1/n the guarantee allows "
-           "publishing a randomly chosen client's whole data")
-  else:
-    why = (f"n = {n}, the fewest training records a client holds: with delta >= 1/n "
-           "the guarantee allows publishing one record of every client; the usual "
-           f"advice is delta well below 1/{bound['records_total']}, one over all "
-           "training records")
-  raise FedJaxDpError(
-      f"delta must be below 1/n = 1/{n} = {bound['limit']:.3g} for this "
-      f"{bound['unit']} run ({why}); got delta={delta!r}.", option="delta")
-
-
-def delta_meaning(bound: Optional[Dict[str, Any]], delta: Optional[float] = None) -> str:
-  """summary.json's ``delta_meaning``: what delta bounds in this run, in words (with a
-  warning when ``delta`` >= 1/n was accepted through ``allow_large_delta``)."""
-  if bound is None:
-    return "none: a non-private run has no (epsilon, delta) guarantee"
-  if delta is not None and delta >= bound["limit"]:
-    return (f"WEAK: delta = {delta:g} >= 1/n = 1/{bound['n']} (n: {bound['population']}) "
-            "was accepted with allow_large_delta (e.g. a paper's setting): an (epsilon, "
-            "delta) guarantee with such a delta allows publishing a "
-            + ("randomly chosen client's whole data" if bound["unit"] == "user-level"
-               else "record of every client") + " outright. "
-            + delta_meaning(bound))
-  n, lim = bound["n"], bound["limit"]
-  if bound["unit"] == "user-level":
-    return (f"probability bound of the (epsilon, delta) guarantee for one user (a "
-            f"client's whole data); 1/n = 1/{n} = {lim:.3g} for {bound['population']}: "
-            "delta must be below it, and is usually chosen far below")
-  total = bound["records_total"]
-  return (f"probability bound of the (epsilon, delta) guarantee for one training record; "
-          f"1/n = 1/{n} = {lim:.3g} for n = {bound['population']} (delta must be below "
-          f"it), and 1/{total} = {1.0 / total:.3g} for all {total} training records (the "
-          "usual advice: delta well below that)")
-
-
-def block_rounds(records: List[Dict[str, Any]]) -> List[int]:
-  """The rounds of each compiled block, in order, from records' ``wall_time_s``.
-
-  ``wall_time_s`` of metrics.jsonl (`fedjax_dp.federated.driver.run_rounds`) is the time
-  (seconds since training started in the session) at which the compiled block that
-  ran the round finished: every round of a block has the block's value, because a
-  round's own time is not observable inside the compiled ``lax.scan`` without a host
-  callback in every round. A block is therefore a maximal run of consecutive records
-  with the same ``wall_time_s``.
-  """
-  sizes: List[int] = []
-  for i, r in enumerate(records):
-    if i and r.get("wall_time_s") == records[i - 1].get("wall_time_s"):
-      sizes[-1] += 1
-    else:
-      sizes.append(1)
-  return sizes
-
-
-def wall_time_note(records: List[Dict[str, Any]]) -> str:
-  """summary.json's ``wall_time_note``: what metrics.jsonl's ``wall_time_s`` means in
-  this run (per compiled block, `block_rounds`), with the run's block sizes."""
-  sizes = block_rounds(records)
-  distinct = list(dict.fromkeys(sizes))
-  return ("wall_time_s in metrics.jsonl is per compiled block, not per round: the "
-          "seconds since training started at which the block that ran the round "
-          f"finished, shared by its rounds ({len(sizes)} block(s) of "
-          f"{' or '.join(str(k) for k in distinct) or 0} rounds here); a block's time is "
-          "the difference from the previous block's value, its time per round that "
-          "divided by its rounds")
-
-
-def accounting_warnings(ledger, spec, delta: float) -> List[str]:
-  """summary.json's ``accounting_warnings``: plain sentences on what could change the
-  run's RDP epsilon (the worst client's with per-client accounting), e.g. RDP orders
-  dp-accounting had to exclude next to the order attaining it
-  (`fedjax_dp.privacy.accountants.excluded_orders_note`); [] when nothing does (and
-  for a non-private run). The command line prints them once, after the run."""
-  if ledger is None or spec is None:
-    return []
-  single = ledger.worst_ledger(accountant="rdp") if spec.per_client else ledger
-  if not getattr(single, "num_rounds", 0):
-    return []
-  note = accountants.excluded_orders_note(single.orders, single.rdp(), delta)
-  return [note] if note else []
 
 
 def run(cfg: RunConfig, progress: bool = True, data=None, model=None) -> RunResult:
@@ -501,7 +369,8 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts,
     if saved is None:
       checkpointer = RunCheckpointer(os.path.join(out, "checkpoints"))
   if out and primary:
-    plots.plot_partition(data, os.path.join(out, "partition.png"))
+    if not cfg.dp_metrics_only:  # the clients' raw label counts: a diagnostic
+      plots.plot_partition(data, os.path.join(out, "partition.png"))
     # Trackers (--logger). On resume they get the checkpoint's rounds again, and
     # TensorBoard hides its earlier session's events (purge_step 1): one point a round.
     trackers.writers.extend(writers_lib.make_writers(
@@ -620,15 +489,17 @@ def _run(cfg: RunConfig, progress: bool, data, interrupts: GracefulInterrupts,
     controller = make_controller(written)
 
   final = evaluate(state.params)
-  summary = _summary(cfg, setup, alg, z, ledger, records, written, final, labels,
+  summary = common_summary(cfg, setup, alg, z, ledger, records, written, final, labels,
                      planned, guarded, interrupted, time.perf_counter() - t_start)
   summary.update(plugin.summary_fields(alg, setup, controller, written))
+  summary = label_summary(summary, plugin, data, final)
+  released = published_summary(summary, cfg)
   if out and primary:
     outputs.write_atomic(os.path.join(out, "summary.json"),
-                         json.dumps(outputs.json_safe(summary), indent=2))
-    plots.plot_run([published(r) for r in written], outputs.json_safe(summary),
+                         json.dumps(outputs.json_safe(released), indent=2))
+    plots.plot_run([published(r) for r in written], outputs.json_safe(released),
                    os.path.join(out, "curves.png"))
-    trackers.write_summary(summary)
+    trackers.write_summary(released)
   return RunResult(state, records, summary, ledger)
 
 
@@ -640,62 +511,3 @@ def _signal_of_any_process(received: Optional[int]) -> int:
   got = np.asarray(multihost_utils.process_allgather(np.int32(received or 0)))
   hits = got[got != 0]
   return int(hits[0]) if hits.size else 0
-
-
-def _summary(cfg, setup, alg, z, ledger, records, written, final, labels, planned,
-             guarded, interrupted, wall) -> Dict[str, Any]:
-  """summary.json's fields common to every algorithm."""
-  data, spec = setup.data, alg.privacy
-  eps_rdp = run_privacy.ledger_epsilon(ledger, "rdp")
-  eps_pld = run_privacy.ledger_epsilon(ledger, "pld")
-  eps = eps_pld if cfg.accountant == "pld" else eps_rdp
-  return {
-      "algorithm": cfg.algorithm,
-      "dataset": data.name + (" (subset)" if data.is_subset else ""),
-      "dataset_description": data.describe(),
-      "model": setup.model_name,
-      "rounds": len(records),
-      "interrupted": (None if interrupted is None else {
-          "signal": str(interrupted), "rounds_done": len(records),
-          "rounds_planned": planned,
-          "resume": f"fedjax-dp run --resume {cfg.out}" if cfg.out else None}),
-      "budget_guard": ({"target_epsilon": cfg.target_epsilon, "rounds_planned": cfg.rounds,
-                        "rounds_run": len(records),
-                        "stopped_early": planned < cfg.rounds}
-                       if guarded else None),
-      "final_test_accuracy": final["accuracy"],
-      "final_test_loss": final["loss"],
-      **{f"final_test_{k}": v for k, v in final.items() if k not in ("loss", "accuracy")},
-      "majority_class_accuracy": data.majority_class_accuracy(),
-      "epsilon": eps,
-      "epsilon_rdp": eps_rdp,
-      "epsilon_pld": eps_pld,
-      "epsilon_pld_note": ("" if eps_pld is not None else "dp-accounting's PLD has no "
-                           "event for sampling without replacement; RDP is reported"),
-      "delta": cfg.delta,
-      "delta_meaning": delta_meaning(delta_bound(spec, setup), cfg.delta),
-      "accounting_warnings": accounting_warnings(ledger, spec, cfg.delta),
-      **run_privacy.privacy_summary(ledger, spec, cfg.accountant, cfg.delta),
-      "accountant": cfg.accountant,
-      "privacy_unit": spec.unit if spec else "none (non-private)",
-      "neighboring_relation": spec.neighboring if spec else None,
-      "privacy_note": spec.note if spec else "",
-      "noise_multiplier": (None if z is None else
-                           float(np.min(z)) if np.ndim(z) else float(z)),
-      "clip_norm": spec.clip_norm if spec else None,
-      "clipped": spec.clipped if spec else None,
-      "sampling_rate": alg.sampling_rate,
-      "k_max": alg.k_max,
-      "num_clients": data.num_clients,
-      "devices": sharding.mesh_size(setup.mesh),
-      "processes": jax.process_count(),
-      "wall_time_s": wall,
-      "time_per_round_s": (records[-1]["wall_time_s"] / len(records)) if records else None,
-      "steady_time_per_round_s": outputs.steady_time_per_round(records),
-      "wall_time_note": wall_time_note(records),
-      "metrics_dp_only": cfg.dp_metrics_only,
-      "metrics_disclosure": disclosure.table(
-          set().union(*(r.keys() for r in written)) if written else (), labels),
-      "config": cfg.to_dict(),
-      "algorithm_config": alg.config,
-  }

@@ -62,6 +62,14 @@ def calibrate_noise_multiplier(spec, rounds: int, target_epsilon: float, delta: 
                         "client_noise_multipliers (each client has its own); give the "
                         "noise multipliers, and target_epsilon only as a budget guard.",
                         option="target_epsilon")
+  group_events: Any = getattr(spec, "group_events_of_run", None)
+  if group_events is not None and len(spec.groups) > 1:
+    # The run's epsilon is the largest over the groups of releases one record can
+    # influence (e.g. RDP-PFL's query or support stage): the smallest z meeting the
+    # target is the largest of the z that calibrate each group alone.
+    return max(calibration.calibrate(lambda z, i=i: group_events(z, rounds)[i],
+                                     target_epsilon, delta, accountant)
+               for i in range(len(spec.groups)))
   return calibration.calibrate(lambda z: spec.events_of_run(z, rounds), target_epsilon,
                                delta, accountant)
 
@@ -104,14 +112,15 @@ def budget_rounds(spec, z, rounds: int, target_epsilon: float, delta: float) -> 
 
 def accounting_fields(spec, delta: float) -> Dict[str, Any]:
   """What fixes the DpEvent besides each round's (z, q, dp_steps): with these in every
-  record of metrics.jsonl a reader can recompute epsilon from that file alone. With
+  record of metrics.jsonl a reader can recompute epsilon from that file alone
+  (``observation``: what the server sees, which decides whether q amplifies). With
   releases: ``releases`` (their names) and, for each release with a truncation model,
   ``{name}_truncation_population_size``, ``{name}_truncation_cap`` and
   ``{name}_truncation_draws_per_step`` (labelled by
   `fedjax_dp.privacy.disclosure.release_labels`)."""
   out = {"delta": delta, "sampler": spec.sampler, "neighboring_relation": spec.relation,
-         "privacy_unit": spec.unit, "population_size": spec.population_size,
-         "cohort_size": spec.cohort_size}
+         "observation": spec.observation, "privacy_unit": spec.unit,
+         "population_size": spec.population_size, "cohort_size": spec.cohort_size}
   if spec.truncation is not None:
     out.update(truncation_population_size=spec.truncation.population_size,
                truncation_cap=spec.truncation.cap,
@@ -168,23 +177,33 @@ def privacy_summary(ledger, spec, accountant: str, delta: float) -> Dict[str, An
   budget splits; the guarantee is that of all of them composed, the truncation
   probability the sum of theirs)."""
   if ledger is None:
-    return {"relation": None, "truncation_probability": 0.0, "delta_total": None,
+    return {"relation": None, "observation": None, "observed_by_server": None,
+            "truncation_probability": 0.0, "delta_total": None,
             "guarantee": "none (non-private)"}
   acc = accountant if spec.supports(accountant) else "rdp"
   single = ledger.worst_ledger(accountant=acc) if spec.per_client else ledger
   eps = single.epsilon(accountant=acc)
   p = single.truncation_probability()
   delta_total = single.delta_total(accountant=acc)
-  out = {"relation": spec.relation, "truncation_probability": p,
+  out = {"relation": spec.relation, "observation": spec.observation,
+         "observed_by_server": spec.observed, "truncation_probability": p,
          "delta_total": delta_total,
          "guarantee": (f"({eps:.4g}, {delta_total:.4g})-DP, {spec.unit}, "
-                       f"{spec.neighboring}; {acc.upper()} accountant"
+                       f"{spec.neighboring}; the server observes {spec.observed}; "
+                       f"{acc.upper()} accountant"
                        + (f"; delta includes {delta_total - delta:.3g} for the "
                           f"probability {p:.3g} that a padded Poisson draw was truncated"
                           if p > 0 else ""))}
   if _is_multi(spec):
-    out["guarantee"] += (f"; every round composes the releases "
-                         f"{', '.join(spec.release_names)}")
+    groups = getattr(ledger, "groups", None)
+    if groups is not None and len(groups) > 1:
+      out["guarantee"] += ("; a record influences only one group of the releases ("
+                           + "; ".join(", ".join(g) for g in groups)
+                           + "), each composed over every round: epsilon is the largest "
+                           "group's")
+    else:
+      out["guarantee"] += (f"; every round composes the releases "
+                           f"{', '.join(spec.release_names)}")
     out["release_epsilons_rdp"] = ledger.release_epsilons(accountant="rdp")
   if spec.per_client:
     eps_clients = ledger.epsilons(accountant="rdp")
@@ -207,14 +226,12 @@ def run_ledger(spec, accountant: str, delta: float):
     ``(None, {})`` without ``spec``.
 
   Raises:
-    FedJaxDpError: ``accountant`` is "pld" for a mechanism dp-accounting's PLD has no
-      event for (sampling without replacement), option ``accountant``.
+    FedJaxDpError: ``accountant`` is one the mechanism's ledger does not support,
+      option ``accountant``.
   """
   if spec is None:
     return None, {}
   if not spec.supports(accountant):
-    raise FedJaxDpError(
-        f"accountant must be 'rdp' for this run, got {accountant!r}: dp-accounting's PLD "
-        "has no event for a fixed-size cohort smaller than the population (sampling "
-        "without replacement).", option="accountant")
+    raise FedJaxDpError(f"accountant {accountant!r} cannot account for this run's "
+                        "events; use 'rdp'.", option="accountant")
   return spec.make_ledger(delta), accounting_fields(spec, delta)

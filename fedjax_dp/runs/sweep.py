@@ -696,29 +696,33 @@ def run_sweep(base, axes: Optional[Mapping[str, Sequence[Any]]] = None,
   for r, ev in zip(runs, evaluators):
     values = eval_jit(r.state.params, eval_data)
     final = {k: float(v) for k, v in zip(ev.names, values)}
-    summary = loop._summary(r.cfg, r.setup, r.alg, r.z, r.ledger, r.fresh, r.written,
-                            final, r.labels, r.planned, r.guarded, None, wall)
+    summary = loop.common_summary(r.cfg, r.setup, r.alg, r.z, r.ledger, r.fresh,
+                                  r.written, final, r.labels, r.planned, r.guarded, None,
+                                  wall)
     summary.update(plugin.summary_fields(r.alg, r.setup, r.controller, r.written))
     summary["sweep"] = {"index": r.info.index, "axes": r.info.axes,
                         "size": len(runs), "folder": out,
                         "note": ("trained in one vmapped program with the sweep's other "
                                  "configurations: wall times are the sweep's")}
+    summary = loop.label_summary(summary, plugin, r.setup.data, final)
+    released = loop.published_summary(summary, r.cfg)
     r.info.state, r.info.records, r.info.summary, r.info.ledger = (
         r.state, r.fresh, summary, r.ledger)
     if out:
       folder = r.cfg.out
       outputs.write_atomic(os.path.join(folder, "summary.json"),
-                           json.dumps(outputs.json_safe(summary), indent=2))
-      _plot_member([r.published(x) for x in r.written], outputs.json_safe(summary),
+                           json.dumps(outputs.json_safe(released), indent=2))
+      _plot_member([r.published(x) for x in r.written], outputs.json_safe(released),
                    os.path.join(folder, "curves.png"))
-      r.trackers.write_summary(summary)
+      r.trackers.write_summary(released)
       r.trackers.close()
   rows = comparison_rows(members, list(axes))
   result = SweepResult(members, rows, out, 0.0, len(groups))
   if out:
     from fedjax_dp.runs import plots
-    if hasattr(plots, "plot_partition"):
-      plots.plot_partition(data, os.path.join(out, "partition.png"))
+    if hasattr(plots, "plot_partition") and not any(m.config.dp_metrics_only
+                                                       for m in members):
+      plots.plot_partition(data, os.path.join(out, "partition.png"))  # raw label counts
     write_comparison(result, axes, seeds, data_seed, sweep_chunk)
   result.wall_time_s = time.perf_counter() - t_start
   if out:  # the final wall time in sweep.json

@@ -15,6 +15,7 @@ import pytest
 
 from fedjax_dp import auditing
 from fedjax_dp.algorithms import ALGORITHMS, audit_targets
+from fedjax_dp.algorithms.rdp_pfl import audit as rdp_pfl_audit
 
 CACHE = {}
 CASES = [(t.name, b) for t in audit_targets.TARGETS for b in t.breaks]
@@ -130,3 +131,83 @@ def test_dp_ftrl_claim_is_one_gaussian_of_the_run_sensitivity(name, sens2):
   assert rep.claimed_epsilon == pytest.approx(expected, rel=1e-6)
   assert rep.rounds == 4
   assert 0.5 * rep.claimed_epsilon < rep.lower_bound.epsilon_lower_bound < rep.claimed_epsilon
+
+
+def test_every_target_observes_what_its_release_declares():
+  """Issue 30: the auditor observes the declared release. Attributable uploads are
+  audited through one client's upload (the canary's, as the server receives it), never
+  through the aggregate; the declared observation is the algorithm's PrivacySpec's."""
+  from fedjax_dp.privacy.events import OBSERVATIONS
+  for t in audit_targets.TARGETS:
+    setup = t.build()
+    assert setup.observation in OBSERVATIONS, t.name
+    if setup.observation == "attributable":
+      assert setup.observe is not None, t.name
+  by_name = {t.name: t.build() for t in audit_targets.TARGETS}
+  for name in ("dp_fedavg/local_per_client", "dp_fedavg/local_fixed_size",
+               "amplitude_varying/paper", "amplitude_varying/sampled", "padpfl/paper",
+               "dp_mocha", "lapa/per_example", "lapa/label_statistics"):
+    assert by_name[name].observation == "attributable", name
+  for name in ("dp_fedavg/poisson", "dp_fedavg/fixed_size", "dp_fedavg_record_level",
+               "dp_ftrl/tree"):
+    assert by_name[name].observation == "aggregate" and by_name[name].observe is None
+
+
+def test_attributable_observation_is_the_canarys_upload():
+  """The observed vector is the canary client's clipped, noised upload in the rounds it
+  took part in and exactly zero in the others, not the aggregate of the cohort."""
+  setup = next(t for t in audit_targets.TARGETS
+               if t.name == "dp_fedavg/local_fixed_size").build()
+  sim = auditing.canary._simulator(setup.round_in, setup.rounds, setup.observe)
+  changes, _ = sim(setup.data_in, setup.init, setup.schedule(),
+                   jax.random.split(jax.random.key(3), 400))
+  changes = np.asarray(changes)
+  seen = np.any(changes != 0, axis=2)
+  # Fixed size 1 of 4: the canary uploads in about a quarter of the rounds.
+  assert 0.15 < seen.mean() < 0.35
+  # When seen, the upload is the clipped canary (norm C = 1 along its axis) plus noise
+  # of std z C = 2 in every coordinate: its mean is the clipped canary.
+  mean = changes[seen].mean(axis=0)
+  assert mean[0] == pytest.approx(1.0, abs=0.35)
+  assert np.std(changes[seen][:, 1:]) == pytest.approx(2.0, rel=0.1)
+
+
+def _rdp_pfl_stage_pld(z, q, steps=1):
+  """dp_accounting's PLD epsilon of ``steps`` Poisson-subsampled Gaussians (alone)."""
+  import dp_accounting
+  from dp_accounting import pld as dp_pld
+  g = dp_accounting.GaussianDpEvent(z)
+  ev = g if q == 1.0 else dp_accounting.PoissonSampledDpEvent(q, g)
+  return dp_pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                              1e-4).compose(dp_accounting.SelfComposedDpEvent(ev, steps)
+                                            ).get_epsilon(audit_targets.DELTA)
+
+
+@pytest.mark.parametrize("stage,other", [("support", "q_query"), ("query", "q_support")])
+def test_rdp_pfl_stage_audits_are_consistent_with_the_larger_stage_claim(stage, other):
+  """Issue 30, F8: each record is in one stage, so the claim is the larger stage's, not
+  both composed. With the other stage sampled at rate 1 too (its step still tiny), the
+  claim is one Gaussian of z (PLD, recomputed with dp_accounting alone), well below the
+  old claim of two, and the audit of each stage through the upload stays below it."""
+  params = dict(audit_targets.PARAMS[f"rdp_pfl/{stage}"], **{other: 1.0})
+  rep = auditing.run(rdp_pfl_audit._rdp_pfl_setup("none", **params), repetitions=20000,
+                     calibration=10000, key=jax.random.key(0))
+  one = _rdp_pfl_stage_pld(params["z"], 1.0)
+  assert rep.claimed_epsilon == pytest.approx(one, rel=1e-3)
+  assert rep.claimed_epsilon < 0.8 * _rdp_pfl_stage_pld(params["z"], 1.0, steps=2)
+  lb = rep.lower_bound.epsilon_lower_bound
+  assert 0.3 * rep.claimed_epsilon < lb <= rep.claimed_epsilon, auditing.describe(rep)
+
+
+def test_rdp_pfl_data_size_weights_target():
+  """Issue 30, F5: two source clients, the canary a support record of one of them. The
+  shipped code (uniform weights) claims the support stage's Gaussian of z (the query
+  stage, at q^Q = 0.01, is smaller) and stays below it; the old data-size weights, with
+  the same claim, are caught (the parametrised test above runs every break)."""
+  z = rdp_pfl_audit.RDP_PFL_WEIGHTS["z"]
+  shipped = _report("rdp_pfl/data_size_weights", "none")
+  old = _report("rdp_pfl/data_size_weights", "data-size-weights")
+  assert shipped.claimed_epsilon == pytest.approx(_rdp_pfl_stage_pld(z, 1.0), rel=1e-3)
+  assert old.claimed_epsilon == pytest.approx(shipped.claimed_epsilon, rel=1e-3)
+  assert (shipped.lower_bound.epsilon_lower_bound < shipped.claimed_epsilon
+          < old.lower_bound.epsilon_lower_bound)

@@ -22,9 +22,15 @@ the test loss after each round; `train_algorithm1` runs either in a plain loop (
 
 Privacy statement: record-level (one example of one client's local dataset),
 replace-one. The example's client is in the cohort with probability K/U, drawn without
-replacement, and its noisy model is the release, so each round is
-``SampledWithoutReplacementDpEvent(U, K, GaussianDpEvent(sigma_m / Delta))`` (RDP) with
-Delta the sensitivity of a client's trained model. Which Delta?
+replacement, and its noisy model is the release. The server weights each upload by its
+sender's p_k (eq. 4), so it sees every upload with its sender (observation
+``"attributable"``): the client's participation is visible and gives no amplification.
+Each round is ``VisibleParticipationDpEvent(K/U, GaussianDpEvent(sigma_m / Delta))``
+(`fedjax_dp.privacy.events`: the example's upload is a Gaussian release in the rounds
+its client takes part in and the other rounds reveal nothing of it; exact, RDP and PLD)
+with Delta the sensitivity of a client's trained model. (Until issue 30 it was
+accounted as ``SampledWithoutReplacementDpEvent(U, K, ...)``, an amplification the
+visible sender does not allow.) Which Delta?
 
 * The paper's Delta_s = 2C / min_k |D_k| (section III-C, after NbAFL) assumes that
   full-batch GD moves a model by at most that much when one example is replaced. The
@@ -60,7 +66,8 @@ from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
-from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
+from fedjax_dp.federated.round import (RoundConfig, RoundHParams, make_round,
+                                       round_observation, round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler
 from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
@@ -76,7 +83,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
                       laplace_mode: str = "pure_dp_split", batch_size: Optional[int] = None,
                       sensitivity_mode: str = "paper",
                       grad_clip_norm: Optional[float] = None,
-                      chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
+                      chunk_size: Optional[int] = None, mesh=None,
+                      observed_client: Optional[int] = None) -> Algorithm:
   """Algorithm 1 of the paper, instantiated for one dataset and model.
 
   Args:
@@ -102,6 +110,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
       module docstring.
     grad_clip_norm: G > 0, required with ``"clipped_gradients"``.
     chunk_size, mesh: see `fedjax_dp.federated.round.make_round`.
+    observed_client: a client id whose upload the round also returns as the server
+      receives it (``RoundConfig.observed_client``; canary audits), or None.
 
   Returns:
     An `Algorithm` whose ``hparams`` hold round 1's values and whose ``config``
@@ -139,7 +149,10 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     stddevs = schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
   elif mechanism == "laplace":                                      # "Lap", constant
     gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
-    b = schedules.laplace_scale(eps, delta_s, rounds, laplace_mode, gauss)
+    # Pure DP needs the L1 sensitivity: sqrt(P) times the L2 one (issue 30).
+    dim = sum(int(np.size(l)) for l in jax.tree_util.tree_leaves(
+        jax.eval_shape(model.init, jax.random.key(0))))
+    b = schedules.laplace_scale(eps, math.sqrt(dim) * delta_s, rounds, laplace_mode, gauss)
     stddevs = schedules.constant_noise_schedule(math.sqrt(2.0) * b, rounds)
   else:
     stddevs = np.zeros(rounds)
@@ -148,7 +161,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
   config = RoundConfig(
       clip_updates=False, noise="local" if mechanism != "none" else "none",
       noise_distribution="laplace" if mechanism == "laplace" else "gaussian",
-      weighting="data_size", denominator="actual", chunk_size=chunk_size)  # eq. (4)
+      weighting="data_size", denominator="actual", chunk_size=chunk_size,  # eq. (4)
+      observed_client=observed_client if mechanism != "none" else None)
   server_opt = optax.sgd(1.0)  # omega(m) = the weighted average itself (no server step)
   round_fn = require_learning_rates(make_round(client, sampler, server_opt, config,
                                                mesh=mesh))
@@ -166,6 +180,7 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     privacy = PrivacySpec(
         "record-level", relation, sampler.kind, sampling_rate=q,
         population_size=u, cohort_size=k, clip_norm=c,
+        observation=round_observation(sampler, config),  # p_k needs each sender
         clipped="each client's parameters after every local step (C)",
         note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
               f"guarantee uses the sensitivity the code enforces, Delta = "

@@ -94,6 +94,21 @@ class AmplitudeVarying(FederatedAlgorithm):
   metric_labels = {"planned_rounds": (disclosure.DP, "the horizon M of the noise schedule, "
                                       "decided from the test loss (see test_loss)")}
   from_test_metrics = ("planned_rounds",)
+  summary_labels = {
+      **{f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
+          "epsilon_paper", "epsilon_paper_exact_moment_bound", "epsilon_paper_target",
+          "epsilon_conditional_rdp", "epsilon_guarantee_note", "noise_stddevs")},
+      **{f: (disclosure.PUBLIC, "configuration: no client data") for f in (
+          "vartheta", "sensitivity_mode")},
+      "sensitivity": (disclosure.PUBLIC, "the sensitivity the code enforces (2C, or the "
+                      "clipped-gradient bound with the smallest client size: identical in "
+                      "replace-one neighbours)"),
+      "sensitivity_paper": (disclosure.PUBLIC, "2C / min client size: identical in "
+                            "replace-one neighbours"),
+      "planned_rounds": (disclosure.DP, "the horizon M of the noise schedule, decided "
+                         "from the test loss (see test_loss)"),
+      "mechanism_note": (disclosure.PUBLIC, "configuration: no client data"),
+  }
 
   def validate(self, options, run) -> None:
     check_choices(options)
@@ -114,7 +129,6 @@ class AmplitudeVarying(FederatedAlgorithm):
       if options.mechanism != "gaussian":
         raise FedJaxDpError("alpha_d (online refinement) needs mechanism='gaussian'.",
                             option="alpha_d")
-    # K of U without replacement: no PLD event in dp-accounting (RDP only).
     accountants.check_accountant_supports(run.accountant, "fixed_size")
 
   def model_spec(self, options, run) -> ModelSpec:
@@ -148,11 +162,21 @@ class AmplitudeVarying(FederatedAlgorithm):
         sensitivity=c["sensitivity"], sensitivity_paper=c["sensitivity_paper"],
         sensitivity_mode=c["sensitivity_mode"], noise_stddevs=noise.used,
         planned_rounds=noise.planned)
+    if c["mechanism"] != "gaussian":
+      out["mechanism_note"] = (
+          "Laplace baseline ('Lap'): every client's parameters were clipped to C and "
+          "Laplace noise of the constant std noise_stddevs added to every upload; its "
+          f"calibration ({c['laplace_mode']}) is the implementation note's, with the L1 "
+          "sensitivity sqrt(P) Delta_s for pure_dp_split; the ledger accounts Gaussian "
+          "noise only, so no guarantee is claimed" if c["mechanism"] == "laplace" else
+          "no noise (the paper's 'no DP'): parameters clipped to C, no guarantee")
     if alg.privacy is not None:
       out.update(conditional_epsilon(alg, records, c["delta"]))
     return out
 
   def describe(self, s: Dict[str, Any]) -> List[str]:
+    if s.get("mechanism_note"):
+      return [s["mechanism_note"]]
     if s.get("epsilon_paper") is None:
       return []
     exact = s["epsilon_paper_exact_moment_bound"]

@@ -215,10 +215,13 @@ def laplace_scale(epsilon: float, sensitivity: float, rounds: int,
   its reference [40] is missing from the text, so the calibration is the note's
   recommendation, section 9 item 12).
 
-  ``"pure_dp_split"``: ``b = M Delta_s / epsilon`` (basic composition of M rounds of
-  (epsilon/M)-DP, with Delta_s as the sensitivity). ``"variance_matched"``: the
-  persistent Gaussian's variance, ``b = gaussian_sigma / sqrt(2)``. The Laplace standard
-  deviation is ``sqrt(2) b``.
+  ``"pure_dp_split"``: ``b = M Delta_1 / epsilon`` (basic composition of M rounds of
+  (epsilon/M)-DP of the Laplace mechanism, Dwork and Roth 2014, Thm. 3.6), where
+  ``sensitivity`` must be the L1 sensitivity Delta_1 of the noised vector: the Laplace
+  mechanism's privacy is set by the L1 distance, and a bound Delta_2 on the L2 distance of
+  a P-dimensional model gives ``Delta_1 = sqrt(P) Delta_2`` (Cauchy-Schwarz), which the
+  caller computes. ``"variance_matched"``: the persistent Gaussian's variance,
+  ``b = gaussian_sigma / sqrt(2)``. The Laplace standard deviation is ``sqrt(2) b``.
 
   Raises:
     FedJaxDpError: invalid arguments or a missing ``gaussian_sigma``.

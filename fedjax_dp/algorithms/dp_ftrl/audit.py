@@ -5,22 +5,21 @@ breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Any, Callable, Dict, List
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, DELTA, Target, FEATURES,
-                                               audit_model, canary_vector, rescale,
-                                               schedule, zero_params)
+from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, DELTA, FEATURES, Target,
+    audit_model, canary_vector, rescale, schedule, spec_of, zero_params)
 from fedjax_dp.auditing import Setup, ledger_claim, population, stored_update_client
 from fedjax_dp.federated import server
 
 
 #: Each target's size (tuned so that a 20,000-repetition audit proves more than the
 #: claim when the noise is halved, and less when it is not).
-PARAMS = {
+PARAMS: Dict[str, Dict[str, Any]] = {
     "dp_ftrl/tree": dict(mechanism="tree", rounds=4, cycle=4, z=1.84),
     "dp_ftrl/banded": dict(mechanism="banded", rounds=4, cycle=2, bands=2, z=1.5),
 }
@@ -90,13 +89,13 @@ def _dp_ftrl_setup(brk: str, mechanism: str, rounds: int, cycle: int, z: float,
   counts_out[-1] = 0
   data_in = population(rows_in)
   data_out = population(rows_in, counts=counts_out)   # the canary's update is absent
-  extra = dict(bands=bands) if mechanism == "banded" else {}
+  extra: Dict[str, Any] = dict(bands=bands) if mechanism == "banded" else {}
   alg = dp_ftrl(model, data_in, mechanism=mechanism, clip_norm=clip, noise_multiplier=z,
                 rounds=rounds, cycle_length=cycle, seed=seed, server_optimizer="fedavg",
                 server_learning_rate=1.0, client_update=stored_update_client(params),
                 **extra)
   hp = alg.hparams
-  make_ledger = lambda: alg.privacy.make_ledger(DELTA)
+  make_ledger = lambda: spec_of(alg).make_ledger(DELTA)
   claim = ledger_claim(make_ledger)
   if brk == "noise-half":  # half the noise; the claim is for the configured noise
     hp = hp._replace(noise_multiplier=z / 2)

@@ -425,6 +425,7 @@ def dp_mocha(model, data, *, lam: float = 0.001, xi: float = 0.5, inner_rounds: 
         unit="record-level", relation="replace_one", sampler="fixed_size",
         population_size=n_min, cohort_size=n_min, per_client=True, num_clients=m,
         ledger_factory=lambda delta: DeviceLedger(m, delta, n_min),
+        observation="attributable",  # each device's releases with its sender
         note=("record-level DP of each device's own data (replace one sample, ||x|| <= 1), "
               "every device accounted separately over the rounds it took part in, the "
               "worst device's epsilon reported; each round's two Gaussian releases are "
@@ -432,7 +433,9 @@ def dp_mocha(model, data, *, lam: float = 0.001, xi: float = 0.5, inner_rounds: 
               "2 sqrt(min(steps, n_t)) (the paper's Corollary 2 value s1 bounds only the "
               "exact minimiser of eq. 7 at a fixed state) and the upload's 2 xi "
               "||dalpha~||; no amplification from the SDCA coordinate draws or from "
-              "dropping (the paper's Theorem 5 claims both: epsilon_paper)"))
+              "dropping (the paper's Theorem 5 claims both: epsilon_paper); the server "
+              "sees each device's releases with its sender, and a dropped device's "
+              "visible absence reveals nothing of its data"))
   return Algorithm(
       name="dp_mocha", round_fn=round_fn, init=init,
       hparams=DpMochaHParams(np.float32(tau), np.float32(p_drop), s1v, s2v),

@@ -99,6 +99,25 @@ class DpMocha(FederatedAlgorithm):
                      "data"),
   }
   from_test_metrics = ("test_error",)
+  summary_labels = {
+      **{f: (disclosure.PUBLIC, "configuration and notes: no client data") for f in (
+          "evaluation", "mechanism", "s2_mode", "features_note", "calibration",
+          "calibration_rounds", "epsilon_target", "gaussian_condition_holds")},
+      **{f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
+          "epsilon_paper", "epsilon_paper_per_device", "epsilon_paper_note",
+          "epsilon_accountant_paper_sensitivity",
+          "epsilon_accountant_paper_sensitivity_note", "epsilon_corollary4",
+          "corollary4_conditions_hold", "sigma1", "sigma2")},
+      "device_releases": (disclosure.PUBLIC, "the rounds each device uploaded in: the "
+                          "server sees who uploads, and dropping is drawn independently "
+                          "of the data"),
+      "device_counts": (disclosure.PUBLIC, "each device's number of records: identical in "
+                        "replace-one neighbours (the relation of the guarantee)"),
+      "final_primal": (disclosure.DIAGNOSTIC, "P(W, Omega), eq. 1, on raw training data"),
+      "final_duality_gap": (disclosure.DIAGNOSTIC, "on raw training data"),
+      "final_test_error": (disclosure.DIAGNOSTIC, "every device's model on its own "
+                           "held-out data"),
+  }
 
   def validate(self, options, run) -> None:
     check_choices(options)

@@ -5,22 +5,21 @@ breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 
 from __future__ import annotations
 
-from typing import Callable, List
+from typing import Any, Callable, Dict, List
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, DELTA, Target, CLASSES,
-                                               FEATURES, audit_model, schedule,
-                                               zero_params)
+from fedjax_dp.algorithms.audit_common import (CLASSES, COMMON_BREAKS, DELTA, FEATURES,
+    Target, audit_model, schedule, spec_of, zero_params)
 from fedjax_dp.auditing import Setup, ledger_claim, params_change, population
 from fedjax_dp.federated import server
 
 
 #: Each target's size (tuned so that a 20,000-repetition audit proves more than the
 #: claim when the noise is halved, and less when it is not).
-PARAMS = {
+PARAMS: Dict[str, Dict[str, Any]] = {
     "lapa/per_example": dict(clipping="per_example", rounds=2, epsilon_total=3.8),
     "lapa/aggregate": dict(clipping="aggregate", rounds=2, epsilon_total=1.27),
     "lapa/label_statistics": dict(rounds=1, epsilon_total=1.5,
@@ -78,7 +77,7 @@ def _lapa_setup(brk: str, clipping: str, rounds: int, epsilon_total: float) -> S
   alg = lapa(audit_model(), fd, allocator=acfg, aggregator="fedavg", clipping=clipping,
              batch_size=_LAPA_B, learning_rate=1e-4, clip_norm=1.0, delta=DELTA)
   hp = alg.hparams
-  make_ledger = lambda: alg.privacy.make_ledger(DELTA)
+  make_ledger = lambda: spec_of(alg).make_ledger(DELTA)
   claim = ledger_claim(make_ledger)
   if brk == "noise-half":  # half the noise; the claim is for the configured noise
     hp = hp._replace(paper_sensitivity=hp.paper_sensitivity / 2,
@@ -99,7 +98,7 @@ def _lapa_setup(brk: str, clipping: str, rounds: int, epsilon_total: float) -> S
                description=f"lapa ({clipping} clipping): one record of the one device "
                "replaced",
                # One device: the model change is that sender's (weighted) upload.
-               observation=alg.privacy.observation, observe=params_change)
+               observation=spec_of(alg).observation, observe=params_change)
 
 
 #: The label-statistics audit: device 0 holds the canary and two fillers (labels 0, 1),
@@ -166,7 +165,7 @@ def _lapa_label_setup(brk: str, rounds: int, epsilon_total: float,
   shipped = build("dp")
   alg = build("exact") if brk == "exact-label-statistics" else shipped
   hp = alg.hparams
-  make_ledger = lambda: shipped.privacy.make_ledger(DELTA)
+  make_ledger = lambda: spec_of(shipped).make_ledger(DELTA)
   claim = ledger_claim(make_ledger)
   configured = ledger_claim(make_ledger, transform=lambda m: dict(
       m, client_noise_multipliers=np.full_like(np.asarray(
@@ -185,7 +184,7 @@ def _lapa_label_setup(brk: str, rounds: int, epsilon_total: float,
                claim, DELTA, description="lapa (Wasserstein weights): the label of one "
                "record of device 0 replaced; observed: the label histogram released",
                # The audited round's "model" is device 0's released histogram.
-               observation=alg.privacy.observation, observe=params_change)
+               observation=spec_of(alg).observation, observe=params_change)
 
 
 def targets() -> List[Target]:

@@ -55,7 +55,8 @@ from fedjax_dp.algorithms.padpfl import nbafl
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.driver import run_rounds
-from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round, round_relation
+from fedjax_dp.federated.round import (RoundConfig, RoundHParams, make_round,
+                                       round_observation, round_relation)
 from fedjax_dp.federated.sampling import FixedSizeSampler
 from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon,
@@ -67,7 +68,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
            learning_rate: float = 0.02, local_steps: int = 10,
            batch_size: Optional[int] = None, prox_mu: float = 0.01, private: bool = True,
            sensitivity_mode: str = "paper", grad_clip_norm: Optional[float] = None,
-           chunk_size: Optional[int] = None, mesh=None) -> Algorithm:
+           chunk_size: Optional[int] = None, mesh=None,
+           observed_client: Optional[int] = None) -> Algorithm:
   """PADPFL (note section 3.7) instantiated for one dataset and model.
 
   Args:
@@ -94,6 +96,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
     grad_clip_norm: G > 0, the per-example gradient clip norm; required with
       ``"clipped_gradients"``.
     chunk_size, mesh: see `fedjax_dp.federated.round.make_round`.
+    observed_client: a client id whose upload the round also returns as the server
+      receives it (``RoundConfig.observed_client``; canary audits), or None.
 
   Returns:
     An `Algorithm`; ``config`` holds the p schedule (``impact_factors`` ``[T][N]``),
@@ -146,7 +150,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   config = RoundConfig(
       clip_updates=False, noise="local_and_central" if private else "none",
       weighting="custom", denominator="expected", population_weight=1.0,  # eq. (11)
-      chunk_size=chunk_size)
+      chunk_size=chunk_size, observed_client=observed_client if private else None)
   server_opt = optax.sgd(1.0)  # x~(t+1) = the noisy weighted average itself (line 19)
   round_fn = require_learning_rates(make_round(client, sampler, server_opt, config,
                                                mesh=mesh))
@@ -165,6 +169,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
     privacy = PrivacySpec(
         "record-level", round_relation(sampler, config), sampler.kind, sampling_rate=1.0,
         population_size=n, cohort_size=n, clip_norm=b,
+        observation=round_observation(sampler, config),  # each upload with its sender
         clipped="each client's final weights (B)",
         note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
               "every upload, server noise sigma_S (eq. 13); the ledger composes every "

@@ -448,6 +448,11 @@ def gaussian_epsilon(noise_multipliers: Union[float, Sequence[float], np.ndarray
   (``SelfComposedDpEvent(GaussianDpEvent(z), releases)``); a 1-D array composes
   one ``GaussianDpEvent(z_k)`` per entry (``releases`` must then be 1).
 
+  Observation model: every release is seen by the server with its sender and every
+  client uploads in every round (PADPFL samples no one), so nothing is amplified: each
+  upload (or broadcast) is a plain Gaussian, exactly the "attributable" event of
+  `fedjax_dp.privacy.events.make_dp_event` with participation probability 1.
+
   Neighbouring relation. ``z`` must be relative to the L2 distance between the
   two neighbouring outputs, which for PADPFL is the replace-one sensitivity
   (``2B / m_i``, Eq. 7). An unsampled Gaussian's privacy depends only on that

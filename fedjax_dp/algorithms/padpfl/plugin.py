@@ -83,6 +83,24 @@ class Padpfl(FederatedAlgorithm):
   metric_labels = {f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
       "sigma_c", "sigma_s", "sigma_a", "noise_multiplier_downlink",
       "noise_multiplier_downlink_conditional")}
+  summary_labels = {
+      **{f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
+          "epsilon_paper", "epsilon_rdp_uplink_conditional",
+          "epsilon_rdp_uplink_all_uploads_conditional", "epsilon_rdp_downlink_conditional",
+          "z_uplink_conditional", "epsilon_rdp_downlink", "epsilon_conditional_rdp",
+          "epsilon_guarantee_note", "epsilon_paper_mechanism", "epsilon_rdp_note",
+          "sigma_c", "sigma_s", "sigma_a")},
+      **{f: (disclosure.PUBLIC, "configuration: no client data") for f in (
+          "sensitivity_mode", "scenario", "impact_factors_spec", "part_of_client",
+          "impact_factors_per_part", "clip_bound", "exposures")},
+      # Replace-one of a record keeps every client's size: sizes are the same in both
+      # neighbouring datasets, so what depends only on them is not protected (public).
+      "sensitivity": (disclosure.PUBLIC, "the sensitivity the code enforces (2B or the "
+                      "clipped-gradient bound, with the smallest client size: identical "
+                      "in replace-one neighbours)"),
+      "sensitivity_paper": (disclosure.PUBLIC, "2B / min client size: identical in "
+                            "replace-one neighbours"),
+  }
 
   def validate(self, options, run) -> None:
     check_choices(options)

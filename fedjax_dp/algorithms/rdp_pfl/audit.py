@@ -5,20 +5,19 @@ breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List
 
 import jax
 import numpy as np
 
-from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, DELTA, Target, FEATURES,
-                                               audit_model, declared_observation, schedule,
-                                               zero_params)
+from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, DELTA, FEATURES, Target,
+    audit_model, declared_observation, schedule, spec_of, zero_params)
 from fedjax_dp.auditing import Setup, ledger_claim, population
 
 
 #: Each target's size (tuned so that a 20,000-repetition audit proves more than the
 #: claim when the noise is halved, and less when it is not).
-PARAMS = {
+PARAMS: Dict[str, Dict[str, Any]] = {
     "rdp_pfl/support": dict(stage="support", rounds=1, z=2.2, q_query=0.01,
                             q_support=1.0, eta=1e-4, beta=1.0),
     "rdp_pfl/paper": dict(stage="paper_support", rounds=1, z=4.4, q_query=0.01,
@@ -63,10 +62,10 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
   data_in = population(x, counts=np.array([n_in]))
   data_out = population(x, counts=np.array([n_in - 1]))
   hp = alg.hparams
-  claim = ledger_claim(lambda: alg.privacy.make_ledger(DELTA))
+  claim = ledger_claim(lambda: spec_of(alg).make_ledger(DELTA))
   if brk == "noise-half":  # half the noise; the claim is for the configured noise
     hp = hp._replace(noise_multiplier=z / 2)
-    claim = ledger_claim(lambda: alg.privacy.make_ledger(DELTA), transform=lambda m: {
+    claim = ledger_claim(lambda: spec_of(alg).make_ledger(DELTA), transform=lambda m: {
         k: (np.asarray(v) * 2.0 if k.endswith("_noise_multiplier") else v)
         for k, v in m.items()})
   state = zero_params(alg.init(jax.random.key(1)))
@@ -79,7 +78,7 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
 #: canary and adds the other client's noise (it sees z sqrt 2), so the shipped code's
 #: audit proves about 0.45 of the claim, and half the noise or the data-size weights
 #: about 1.1-1.2 times it (keys 0-4; z = 1.4 .. 0.8 give no wider margins).
-RDP_PFL_WEIGHTS = dict(rounds=1, z=1.0, q_query=0.01, eta=1e-4, beta=1.0)
+RDP_PFL_WEIGHTS: Dict[str, Any] = dict(rounds=1, z=1.0, q_query=0.01, eta=1e-4, beta=1.0)
 
 
 def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
@@ -114,7 +113,7 @@ def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
                    aggregation=aggregation, private=aggregation == "uniform",
                    query_rows=roles, nominal_sizes=(1, 2))
 
-  spec = build(counts_in, "uniform").privacy   # the shipped code's claim
+  spec = spec_of(build(counts_in, "uniform"))   # the shipped code's claim
   alg_in, alg_out = build(counts_in, aggregation), build(counts_out, aggregation)
   hp = alg_in.hparams
   claim = ledger_claim(lambda: spec.make_ledger(DELTA))
@@ -124,10 +123,11 @@ def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
         k: (np.asarray(v) * 2.0 if k.endswith("_noise_multiplier") else v)
         for k, v in m.items()})
   elif brk == "data-size-weights":  # the old code's round, the shipped claim
-    ledger = spec.make_ledger(DELTA)
-    ledger.record_many({r.name: np.full(rounds, z * r.event_scale) for r in spec.releases},
-                       {r.name: r.sampling_rate for r in spec.releases},
-                       {r.name: r.steps for r in spec.releases})
+    ledger: Any = spec.make_ledger(DELTA)
+    releases = spec.releases or ()
+    ledger.record_many({r.name: np.full(rounds, z * r.event_scale) for r in releases},
+                       {r.name: r.sampling_rate for r in releases},
+                       {r.name: r.steps for r in releases})
     eps = ledger.epsilon(accountant="pld")
     claim = lambda metrics: eps
   state = zero_params(alg_in.init(jax.random.key(1)))

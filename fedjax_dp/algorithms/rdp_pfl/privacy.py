@@ -59,24 +59,25 @@ class GroupedPrivacySpec(PrivacySpec):
         raise FedJaxDpError("release_groups needs releases (they group release names).",
                             option="release_groups")
       object.__setattr__(self, "release_groups",
-                         check_groups(self.release_groups, self.release_names))
+                         check_groups(self.release_groups, self.release_names or ()))
 
   @property
   def groups(self) -> Tuple[Tuple[str, ...], ...]:
     """The groups (``(release_names,)`` when ``release_groups`` is None)."""
-    return check_groups(self.release_groups, self.release_names)
+    return check_groups(self.release_groups, self.release_names or ())
 
   def make_ledger(self, delta: float):
     """A `MultiReleaseLedger` of the releases, each with its own truncation, composed
     per group (its epsilon: the largest group's)."""
     kwargs = self.ledger_kwargs()
     del kwargs["truncation"]
-    return MultiReleaseLedger(self.release_names, delta,
-                              truncations={r.name: r.truncation for r in self.releases},
+    releases = self.releases or ()
+    return MultiReleaseLedger(self.release_names or (), delta,
+                              truncations={r.name: r.truncation for r in releases},
                               groups=self.groups, **kwargs)
 
   def _release_events(self, noise_multiplier: float, group):
-    by_name = {r.name: r for r in self.releases}
+    by_name = {r.name: r for r in self.releases or ()}
     return [by_name[n].dp_event(noise_multiplier, self.sampler, self.population_size,
                                 self.cohort_size, self.observation) for n in group]
 
@@ -105,13 +106,13 @@ class GroupedPrivacySpec(PrivacySpec):
     at rate 0). A group holding every release dominates every group. Anything else is
     not decided (None)."""
     groups = self.groups
-    everything = set(self.release_names)
+    everything = set(self.release_names or ())
     for g in groups:
       if set(g) == everything:
         return g
     if self.sampler != "poisson" or any(len(g) != 1 for g in groups):
       return None
-    by_name = {r.name: r for r in self.releases}
+    by_name = {r.name: r for r in self.releases or ()}
 
     def dominates(a, b):
       return (a.event_scale <= b.event_scale and a.sampling_rate >= b.sampling_rate

@@ -174,3 +174,21 @@ def test_ledger_epsilon_of_a_geometric_schedule_equals_direct_dp_accounting():
 def test_bad_arguments(call, needle):
   with pytest.raises(FedJaxDpError, match=needle):
     call()
+
+
+def test_laplace_baseline_calibrates_with_the_l1_sensitivity(synthetic_fd):
+  """Issue 30: pure_dp_split used the L2 sensitivity Delta_s for the Laplace mechanism,
+  whose privacy is set by the L1 distance; a P-dimensional model moved by at most
+  Delta_s in L2 moves by at most sqrt(P) Delta_s in L1."""
+  import jax
+  from fedjax_dp.algorithms.amplitude_varying import amplitude_varying
+  from fedjax_dp.models import create_model
+  fd = synthetic_fd
+  model = create_model("linear", fd.feature_shape, fd.num_classes)
+  alg = amplitude_varying(model, fd, epsilon=10.0, rounds=4, clients_per_round=3,
+                          mechanism="laplace")
+  dim = sum(int(np.size(l)) for l in jax.tree_util.tree_leaves(model.init(jax.random.key(0))))
+  d_s = alg.config["calibration_sensitivity"]
+  b = 4 * math.sqrt(dim) * d_s / 10.0
+  np.testing.assert_allclose(alg.config["stddevs"], math.sqrt(2) * b, rtol=1e-9)
+  assert alg.privacy is None  # not accounted (Gaussian ledger): no guarantee claimed

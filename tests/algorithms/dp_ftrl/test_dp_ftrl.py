@@ -26,6 +26,8 @@ from fedjax_dp.runs import RunConfig, run
 from fedjax_dp.runs.privacy import calibrate_noise_multiplier
 from fedjax_dp.validation import FedJaxDpError
 
+from .test_tree_sensitivity import _release_matrix, _worst
+
 REL = dp_accounting.NeighboringRelation
 SYNTH = ["--dataset", "synthetic", "--num-clients", "20", "--model", "mlp", "--hidden", "8",
          "--rounds", "10", "--eval-every", "5", "--delta", "1e-3", "--cycle-length", "4",
@@ -66,22 +68,10 @@ def _banded_matrix(n, bands, strategy):
 
 
 def _tree_sens2(rounds, restart_every, cycle):
-  """The tree's sensitivity^2 from its definition: each tree (``restart_every``
-  consecutive rounds, the last one partial) releases the dyadic blocks its prefix sums
-  1..m are made of (binary decomposition of each prefix length); a client of group g
-  (rounds t = g mod ``cycle``) adds S per own round to each block, so ||A u_g||^2 = the
-  sum over blocks of (its rounds in the block)^2; the worst group."""
-  blocks = set()
-  for start in range(0, rounds, restart_every):
-    m = min(restart_every, rounds - start)
-    for s in range(1, m + 1):
-      lo = 0
-      for j in reversed(range(s.bit_length())):
-        if (s >> j) & 1:
-          blocks.add((start + lo, start + lo + 2 ** j))
-          lo += 2 ** j
-  return float(max(sum(len(range(a + (g - a) % cycle, b, cycle)) ** 2 for a, b in blocks)
-                   for g in range(cycle)))
+  """The tree's sensitivity^2 from its definition (`test_tree_sensitivity`'s release
+  matrix of the dyadic blocks each tree's prefix sums use, and the worst group's
+  ||A u_g||^2), not from the code under test."""
+  return float(_worst(_release_matrix(rounds, restart_every), rounds, cycle))
 
 
 def recompute(rows):

@@ -28,6 +28,8 @@ from fedjax_dp.models import create_model
 from fedjax_dp.privacy import device_ledger as dl
 from fedjax_dp.validation import FedJaxDpError
 
+from .test_lapa_round import _run
+
 N, M, F, K = 4, 40, 5, 4          # devices, rows per device, features, classes
 DELTA = 1e-5
 
@@ -45,16 +47,6 @@ def problem():
                      test_x=x[0], test_y=y[0])
   pop = PopulationData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(counts))
   return fd, pop, create_model("linear", (F,), K)
-
-
-def _run(alg, pop, rounds, seed=1):
-  f = jax.jit(alg.round_fn)
-  s = alg.init(jax.random.PRNGKey(0))
-  out = []
-  for _ in range(rounds):
-    s, m = f(s, pop, alg.hparams, jax.random.PRNGKey(seed))
-    out.append(m)
-  return s, out
 
 
 def _exact_histograms(fd):
