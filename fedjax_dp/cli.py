@@ -345,6 +345,8 @@ def _cmd_run(argv: List[str]) -> int:
           f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
           f"(RDP {_eps(s['epsilon_rdp'])}, PLD {pld}){z_txt}{clip_txt}, sampling rate "
           f"{s['sampling_rate']:.4g}")
+    if s.get("observed_by_server"):
+      print(f"  the server observes {s['observed_by_server']}")
     if s.get("per_client_epsilon_rdp") is not None:
       print(f"  per-client accounting: the worst client is {s['worst_client']} (epsilon "
             f"above); every client's epsilon is in summary.json")
