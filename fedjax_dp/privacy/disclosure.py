@@ -105,7 +105,7 @@ SUMMARY_LABELS: Dict[str, Tuple[str, str]] = {
         "processes", "metrics_dp_only", "metrics_disclosure", "summary_disclosure",
         "config", "relation", "observation", "observed_by_server", "sweep")},
     **{f: (PUBLIC, _ACCT) for f in (
-        "epsilon", "epsilon_rdp", "epsilon_pld", "epsilon_pld_note", "delta_meaning",
+        "epsilon", "epsilon_rdp", "epsilon_pld", "epsilon_pld_note",
         "accounting_warnings", "truncation_probability", "delta_total", "guarantee",
         "release_epsilons_rdp", "worst_client", "per_client_epsilon_rdp")},
     "num_clients": (PUBLIC, "the population size N, public as in every DP-FL "
@@ -113,6 +113,9 @@ SUMMARY_LABELS: Dict[str, Tuple[str, str]] = {
     "algorithm_config": (PUBLIC, "the resolved configuration: hyper-parameters and "
                          "public sizes; an algorithm that derived a value from the "
                          "clients' data reports it as its own labelled field instead"),
+    "delta_meaning": (DIAGNOSTIC, "what delta bounds, in words: names 1/n for the privacy "
+                      "unit's population, at record level the fewest records a client "
+                      "holds (a data size; private under add/remove of a record)"),
     "dataset_description": (DIAGNOSTIC, "the data's sizes (total and per-client "
                             "examples): computed from the clients' raw data"),
     "majority_class_accuracy": (DIAGNOSTIC, "the baseline of always predicting the "
