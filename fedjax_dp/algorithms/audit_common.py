@@ -89,11 +89,10 @@ def planned_claim(spec, noise_multiplier: float, rounds: int) -> Callable:
   return lambda metrics: eps
 
 
-def declared_observation(spec, canary: int) -> Dict:
+def declared_observation(spec) -> Dict:
   """The `Setup` fields that make the audit observe what ``spec`` declares the server
   observes: the canary's own upload for attributable releases (the round must be built
   with ``observed_client=canary``), the model change otherwise."""
-  del canary
   if spec.observation == "attributable":
     return dict(observation="attributable", observe=upload_observer)
   return dict(observation=spec.observation)

@@ -157,7 +157,7 @@ def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: flo
   return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
                schedule(hp, rounds), inclusion, claim, DELTA,
                description=f"dp_fedavg, {sampler} cohorts, {placement} noise",
-               **declared_observation(spec_of(alg_in), canary))
+               **declared_observation(spec_of(alg_in)))
 
 
 def _dp_fedavg_adaptive_setup(brk: str, rounds: int, z: float, q: float, others: int,
@@ -319,7 +319,7 @@ def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
   return Setup(alg_in.round_fn, alg_in.round_fn, data_out, data_in, state,
                av.hparams_for(cfg, stddevs_sim), cfg["sampling_rate"], claim, DELTA,
                description=f"amplitude_varying ({mode}): one example replaced",
-               **declared_observation(spec_of(alg_in), canary))
+               **declared_observation(spec_of(alg_in)))
 
 
 def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
@@ -350,7 +350,7 @@ def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
   return Setup(alg_in.round_fn, alg_in.round_fn, data_out, data_in, state,
                pp.schedule_hparams(cfg), 1.0, claim, DELTA,
                description=f"padpfl ({mode}): one example replaced",
-               **declared_observation(spec_of(alg_in), 0))
+               **declared_observation(spec_of(alg_in)))
 
 
 # ---------------------------------------------------------------------------

@@ -284,6 +284,15 @@ class PrivacySpec:
       return self.run_event(noise_multiplier, rounds)
     return dp_accounting.SelfComposedDpEvent(self.round_event(noise_multiplier), rounds)
 
+  def calibration_events(self, noise_multiplier: float, rounds: int
+                         ) -> Tuple[dp_accounting.DpEvent, ...]:
+    """The events of ``rounds`` rounds whose largest epsilon is the run's: one event,
+    `events_of_run`, unless a record can influence only some of the releases (a
+    subclass returns one event per group of releases, e.g. RDP-PFL's stages).
+    Calibration to a target epsilon takes the largest z over them
+    (`fedjax_dp.runs.privacy.calibrate_noise_multiplier`)."""
+    return (self.events_of_run(noise_multiplier, rounds),)
+
   def supports(self, accountant: str) -> bool:
     """Whether ``accountant`` can account for this mechanism's events (both can, for
     every sampler and observation, since issue 30).

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Dict
 
 from fedjax_dp.algorithms.amplitude_varying.plugin import AmplitudeVarying
-from fedjax_dp.algorithms.dp_fedavg import DpFedAvg, DpFedAvgRecordLevel, DpFedSgd
+from fedjax_dp.algorithms.dp_fedavg_plugin import DpFedAvg, DpFedAvgRecordLevel, DpFedSgd
 from fedjax_dp.algorithms.dp_ftrl.plugin import DpFtrl
 from fedjax_dp.algorithms.dp_mocha.plugin import DpMocha
 from fedjax_dp.algorithms.fedavg import FedAvg

@@ -280,8 +280,8 @@ def round_relation(sampler, config: RoundConfig) -> str:
   return "zero_out" if config.local_noise else "add_remove"
 
 
-def round_observation(sampler, config: RoundConfig) -> str:
-  """What the server observes of a round built from ``sampler`` and ``config``
+def round_observation(config: RoundConfig) -> str:
+  """What the server observes of a round built from ``config`` (any sampler)
   (`fedjax_dp.privacy.events.OBSERVATIONS`):
 
   * ``"attributable"`` when every client noises its own upload (local noise, user or
@@ -293,7 +293,6 @@ def round_observation(sampler, config: RoundConfig) -> str:
     hides (the client's own participation is visible and not claimed: its steps are
     accounted in every round).
   """
-  del sampler
   return "attributable" if config.local_noise and not config.record_level else "aggregate"
 
 

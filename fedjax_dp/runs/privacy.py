@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional
 
-import dp_accounting
 import numpy as np
 
 from fedjax_dp.privacy import accountants, calibration
@@ -62,16 +61,13 @@ def calibrate_noise_multiplier(spec, rounds: int, target_epsilon: float, delta: 
                         "client_noise_multipliers (each client has its own); give the "
                         "noise multipliers, and target_epsilon only as a budget guard.",
                         option="target_epsilon")
-  group_events: Any = getattr(spec, "group_events_of_run", None)
-  if group_events is not None and len(spec.groups) > 1:
-    # The run's epsilon is the largest over the groups of releases one record can
-    # influence (e.g. RDP-PFL's query or support stage): the smallest z meeting the
-    # target is the largest of the z that calibrate each group alone.
-    return max(calibration.calibrate(lambda z, i=i: group_events(z, rounds)[i],
-                                     target_epsilon, delta, accountant)
-               for i in range(len(spec.groups)))
-  return calibration.calibrate(lambda z: spec.events_of_run(z, rounds), target_epsilon,
-                               delta, accountant)
+  # The run's epsilon is the largest over `PrivacySpec.calibration_events` (one event,
+  # or one per group of releases a record can influence): the smallest z meeting the
+  # target is the largest of the z that calibrate each alone.
+  count = len(spec.calibration_events(1.0, rounds))
+  return max(calibration.calibrate(lambda z, i=i: spec.calibration_events(z, rounds)[i],
+                                   target_epsilon, delta, accountant)
+             for i in range(count))
 
 
 def budget_rounds(spec, z, rounds: int, target_epsilon: float, delta: float) -> int:

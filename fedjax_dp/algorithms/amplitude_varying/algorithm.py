@@ -180,7 +180,7 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
     privacy = PrivacySpec(
         "record-level", relation, sampler.kind, sampling_rate=q,
         population_size=u, cohort_size=k, clip_norm=c,
-        observation=round_observation(sampler, config),  # p_k needs each sender
+        observation=round_observation(config),  # p_k needs each sender
         clipped="each client's parameters after every local step (C)",
         note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
               f"guarantee uses the sensitivity the code enforces, Delta = "

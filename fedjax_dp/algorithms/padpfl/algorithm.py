@@ -169,7 +169,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
     privacy = PrivacySpec(
         "record-level", round_relation(sampler, config), sampler.kind, sampling_rate=1.0,
         population_size=n, cohort_size=n, clip_norm=b,
-        observation=round_observation(sampler, config),  # each upload with its sender
+        observation=round_observation(config),  # each upload with its sender
         clipped="each client's final weights (B)",
         note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
               "every upload, server noise sigma_S (eq. 13); the ledger composes every "

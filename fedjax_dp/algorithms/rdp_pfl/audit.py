@@ -135,7 +135,7 @@ def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
                population(x, y, counts_in), state, schedule(hp, rounds), 1.0, claim,
                DELTA, description="rdp_pfl: one support record added to one of two "
                f"source clients ({aggregation} weights)",
-               **declared_observation(spec, 0))
+               **declared_observation(spec))
 
 
 def targets() -> List[Target]:

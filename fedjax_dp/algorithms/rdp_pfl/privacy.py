@@ -12,17 +12,15 @@ largest over the roles a record can hold. `GroupedPrivacySpec` carries these gro
 * `GroupedPrivacySpec.make_ledger` builds a
   `fedjax_dp.privacy.multi_release.MultiReleaseLedger` with ``groups`` (the run's
   ledger, its budget guard and a resumed run's ledger all come from here);
-* `GroupedPrivacySpec.round_event` (and so ``events_of_run``, which calibration to a
-  target epsilon inverts) is the event of the group that dominates every other one
-  (`dominating_group`): its epsilon is then the largest for every accountant and delta,
-  so calibrating it calibrates the maximum exactly. Without a dominating group it is
-  the composition of every release, an upper bound on every group's (calibration is
-  then conservative: the run's epsilon ends below the target);
-* `GroupedPrivacySpec.group_events_of_run`: each group's event, for a calibration that
-  takes the largest z over the groups.
+* `GroupedPrivacySpec.calibration_events` (`group_events_of_run`): each group's event;
+  calibration to a target epsilon takes the largest z over them
+  (`PrivacySpec.calibration_events`), exact whatever the groups;
+* `GroupedPrivacySpec.round_event` (the planned event of one round) is the event of the
+  group that dominates every other one (`dominating_group`), whose epsilon is the
+  largest for every accountant and delta; without one, the composition of every
+  release (an upper bound on every group's).
 
-`PrivacySpec` (fedjax_dp/algorithms/base.py) has no field for the groups yet; this
-subclass adds one without changing how any other algorithm is accounted.
+Only RDP-PFL has such groups, so the subclass lives here rather than in `PrivacySpec`.
 """
 
 from __future__ import annotations
@@ -94,6 +92,12 @@ class GroupedPrivacySpec(PrivacySpec):
     that calibrates each group's event alone."""
     return tuple(dp_accounting.SelfComposedDpEvent(e, rounds)
                  for e in self.group_round_events(noise_multiplier))
+
+  def calibration_events(self, noise_multiplier: float, rounds: int
+                         ) -> Tuple[dp_accounting.DpEvent, ...]:
+    """One event per group (`group_events_of_run`): calibration takes the largest z
+    over them, exact whatever the groups."""
+    return self.group_events_of_run(noise_multiplier, rounds)
 
   def dominating_group(self) -> Optional[Tuple[str, ...]]:
     """The group whose privacy loss is at least every other group's for every
