@@ -318,6 +318,30 @@ def _record_block(ledger, block: List[Dict[str, Any]], client_z: Any,
                             [r["dp_steps"] for r in block])
 
 
+def account_block(ledger, block: List[Dict[str, Any]], metrics: RoundMetrics) -> None:
+  """Composes a compiled block's rounds in ``ledger`` and puts the epsilon after each
+  round into its record (``record["epsilon"]``): the one ledger feed of runs and sweeps.
+
+  Args:
+    ledger: the run's ledger.
+    block: the block's records (`metrics_to_records`), updated in place.
+    metrics: the block's `RoundMetrics` (leaves ``[rounds]``).
+
+  Raises:
+    FedJaxDpError: the rounds report what ``ledger`` cannot compose (per-client noise
+      multipliers, several releases, or the reverse).
+  """
+  client_z = metrics.client_noise_multipliers
+  if client_z is not None and not hasattr(ledger, "num_clients"):
+    raise FedJaxDpError(
+        "the round reports per-client noise multipliers: account with a "
+        "fedjax_dp.privacy.per_client.PerClientLedger (a PrivacyLedger would only "
+        "see one number per round).")
+  eps = _record_block(ledger, block, client_z, metrics.releases)
+  for r, e in zip(block, eps):
+    r["epsilon"] = float(e)
+
+
 def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
                schedule: RoundHParams, root_key: jax.Array, *, rounds: int,
                block_size: int = 10, ledger=None,
@@ -407,7 +431,6 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       state, (metrics, evals) = block_fn(state, data, hp_block, root_key, eval_mask,
                                          device_evaluator.data)
       block = metrics_to_records(metrics)
-      client_z = metrics.client_noise_multipliers
       evals = [np.asarray(v) for v in evals]
       for i, (r, do) in enumerate(zip(block, eval_mask)):
         if do:
@@ -416,18 +439,9 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     else:
       state, metrics = block_fn(state, data, hp_block, root_key)
       block = metrics_to_records(metrics)
-      client_z = metrics.client_noise_multipliers
     done += length
     if ledger is not None:
-      per_client = hasattr(ledger, "num_clients")
-      if client_z is not None and not per_client:
-        raise FedJaxDpError(
-            "the round reports per-client noise multipliers: account with a "
-            "fedjax_dp.privacy.per_client.PerClientLedger (a PrivacyLedger would only "
-            "see one number per round).")
-      eps = _record_block(ledger, block, client_z, metrics.releases)
-      for r, e in zip(block, eps):
-        r["epsilon"] = float(e)
+      account_block(ledger, block, metrics)
     truncated = sum(r["num_truncated"] for r in block)
     if truncated:
       warnings.warn(

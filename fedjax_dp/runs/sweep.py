@@ -868,15 +868,7 @@ def _records(r: _Member, metrics: Any, evals: Sequence[np.ndarray], eval_mask: n
     if do:
       rec.update({f"test_{n}": float(v[k]) for n, v in zip(names, evals)})
   if r.ledger is not None:
-    client_z = metrics.client_noise_multipliers
-    if client_z is not None and not hasattr(r.ledger, "num_clients"):
-      raise FedJaxDpError(
-          "the round reports per-client noise multipliers: account with a "
-          "fedjax_dp.privacy.per_client.PerClientLedger (a PrivacyLedger would only "
-          "see one number per round).")
-    eps = driver._record_block(r.ledger, block, client_z, metrics.releases)
-    for rec, e in zip(block, eps):
-      rec["epsilon"] = float(e)
+    driver.account_block(r.ledger, block, metrics)
   truncated = sum(rec["num_truncated"] for rec in block)
   if truncated:
     warnings.warn(
