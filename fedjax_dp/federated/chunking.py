@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import jax
 
@@ -58,16 +58,16 @@ class ChunkLayout(NamedTuple):
   padded_size: int
 
 
-def available_memory_bytes(device: Optional[jax.Device] = None) -> int:
+def available_memory_bytes(device: Optional[Any] = None) -> int:
   """Bytes free on ``device`` (default: the first local device).
 
   Accelerators report ``bytes_limit - bytes_in_use`` from ``device.memory_stats()``;
   CPUs report the host's available physical memory (``/proc/meminfo`` MemAvailable,
   else ``sysconf``).
   """
-  device = device or jax.local_devices()[0]
-  if device.platform != "cpu":
-    stats = device.memory_stats() or {}
+  dev: Any = device if device is not None else jax.local_devices()[0]
+  if dev.platform != "cpu":
+    stats = dev.memory_stats() or {}
     if "bytes_limit" in stats:
       return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
   try:
@@ -91,7 +91,7 @@ def per_client_bytes(num_params: int, client_data_bytes: int) -> int:
 
 def auto_chunk_size(num_clients: int, num_params: int, client_data_bytes: int, *,
                     memory_fraction: float = 0.25,
-                    device: Optional[jax.Device] = None) -> int:
+                    device: Optional[Any] = None) -> int:
   """Clients per chunk so that a chunk uses at most ``memory_fraction`` of free memory.
 
   Args:
@@ -112,11 +112,11 @@ def auto_chunk_size(num_clients: int, num_params: int, client_data_bytes: int, *
   num_clients = check_int("num_clients", num_clients, minimum=1)
   if not 0.0 < memory_fraction <= 1.0:
     raise FedJaxDpError(f"memory_fraction must be in (0, 1], got {memory_fraction!r}.")
-  device = device or jax.local_devices()[0]
-  budget = memory_fraction * available_memory_bytes(device)
+  dev: Any = device if device is not None else jax.local_devices()[0]
+  budget = memory_fraction * available_memory_bytes(dev)
   by_memory = int(budget // max(per_client_bytes(num_params, client_data_bytes), 1))
   c = by_memory
-  if device.platform == "cpu":
+  if dev.platform == "cpu":
     c = min(c, CPU_MAX_CHUNK, CPU_PARAMS_PER_CHUNK // max(int(num_params), 1))
   c = max(c, min(by_memory, math.ceil(num_clients / MAX_CHUNKS_PER_DEVICE)))
   return max(1, min(num_clients, c))

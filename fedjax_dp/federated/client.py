@@ -189,7 +189,8 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
                        dp_sgd: Optional[DpSgdConfig] = None,
                        return_weights: bool = False,
                        skip_nonfinite_steps: bool = False,
-                       per_example_method: str = "auto") -> Callable:
+                       per_example_method: str = "auto",
+                       grad_correction: Optional[Callable] = None) -> Callable:
   """Builds the pure local-training function of one client.
 
   Args:
@@ -211,11 +212,19 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       ``grad_clip_norm``): ``"auto"``, ``"ghost"`` or ``"vmap"``
       (`fedjax_dp.privacy.per_example.clipped_grad_sum`; equal results, ghost is the
       fast one and auto picks it whenever the model allows).
+    grad_correction: ``grad_correction(grads, params, params0, context) -> grads``
+      applied to every local step's gradient (after DP-SGD's noise: post-processing)
+      before the optimiser, or None: the local objective's extra terms of an
+      algorithm's client stage (`fedjax_dp.federated.stages`), e.g. FedProx's
+      ``mu (w - w_0)`` (Li et al. 2020, eq. 2) or SCAFFOLD's ``c - c_i`` (Karimireddy
+      et al. 2020, Alg. 1 line 10). ``context`` is what the caller passes as
+      ``client_update``'s last argument (per-round values, the client's state).
 
   Returns:
-    ``client_update(params, x, y, count, key, hparams) -> (update, ClientMetrics)``:
-    ``x [max_examples, ...]`` float32, ``y [max_examples]`` int32, ``count`` int32,
-    ``key`` the client's training key, ``hparams`` a `ClientHParams`.
+    ``client_update(params, x, y, count, key, hparams, context=None) -> (update,
+    ClientMetrics)``: ``x [max_examples, ...]`` float32, ``y [max_examples]`` int32,
+    ``count`` int32, ``key`` the client's training key, ``hparams`` a `ClientHParams`,
+    ``context`` handed to ``grad_correction``.
 
   Raises:
     FedJaxDpError: invalid batch size / epochs / steps.
@@ -271,7 +280,12 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         nonfinite_grads=nonfinite.astype(jnp.int32))
     return out, metrics
 
-  def non_private_update(params0, x, y, count, key, hparams):
+  def correct(grads, params, params0, context):
+    if grad_correction is None:
+      return grads
+    return grad_correction(grads, params, params0, context)
+
+  def non_private_update(params0, x, y, count, key, hparams, context=None):
     lr = _learning_rate(hparams)
     valid = jnp.arange(max_n) < count
     if local_steps is not None:
@@ -284,6 +298,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         # slots (each real example once) are used, so the step is full-batch.
         return perm[pos], (jnp.arange(b) < count).astype(jnp.float32), count > 0
     else:
+      assert local_epochs is not None  # checked above: exactly one of the two is given
       num_steps = local_epochs * steps_per_epoch
       u = jax.random.uniform(key, (local_epochs, max_n))
       perms = jnp.argsort(jnp.where(valid[None], u, 2.0), axis=1)
@@ -317,6 +332,7 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
         mu = jnp.asarray(hparams.prox_mu, jnp.float32)
         grads = jax.tree_util.tree_map(
             lambda g, w, w0: (g + mu * (w - w0)).astype(g.dtype), grads, params, params0)
+      grads = correct(grads, params, params0, context)
       if skip_nonfinite_steps:
         grads, finite = clipping.zero_if_nonfinite(grads)
       else:
@@ -334,11 +350,13 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     return finish(params0, params, loss_sum, seen, count, taken, jnp.zeros(()),
                   jnp.zeros((), jnp.int32), nonfinite, hparams.final_param_clip_norm)
 
-  def dp_sgd_update(params0, x, y, count, key, hparams):
+  def dp_sgd_update(params0, x, y, count, key, hparams, context=None):
+    cfg = dp_sgd
+    assert cfg is not None  # only returned with a DpSgdConfig
     if hparams.prox_mu is not None:
       raise FedJaxDpError("ClientHParams.prox_mu (FedProx) is available with non-private "
                           "local training only, not with local DP-SGD (dp_sgd).")
-    bmax = dp_sgd.max_batch_size
+    bmax = cfg.max_batch_size
     valid = jnp.arange(max_n) < count
     q = jnp.asarray(hparams.record_sampling_rate, jnp.float32)
     c = jnp.asarray(hparams.record_clip_norm, jnp.float32)
@@ -358,8 +376,9 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
       params, opt_state, loss_sum, seen, clipped_n, trunc, nonfinite = carry
       g_noisy, st = dp_sgd_lib.noisy_clipped_sum(
           jax.random.fold_in(key, s), clipped_grads, params, x, y, valid, q, c, z,
-          max_batch_size=bmax, micro_batch_size=dp_sgd.micro_batch_size)
-      grads = jax.tree_util.tree_map(lambda l: l / denom, g_noisy)
+          max_batch_size=bmax, micro_batch_size=cfg.micro_batch_size)
+      grads = correct(jax.tree_util.tree_map(lambda l: l / denom, g_noisy), params, params0,
+                      context)
       # Every client steps, an empty one too (pure noise): whether a step happens must
       # not depend on the client's records.
       params_new, opt_state = sgd_step(params, opt_state, grads, jnp.array(True), lr,
@@ -371,9 +390,9 @@ def make_client_update(model, optimizer: optax.GradientTransformation, *, batch_
     init = (params0, optimizer.init(params0), jnp.zeros(()), jnp.zeros(()), jnp.zeros(()),
             jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
     (params, _, loss_sum, seen, clipped_n, trunc, nonfinite), _ = jax.lax.scan(
-        step, init, jnp.arange(dp_sgd.num_steps))
+        step, init, jnp.arange(cfg.num_steps))
     return finish(params0, params, loss_sum, seen, count,
-                  jnp.asarray(dp_sgd.num_steps, jnp.int32),
+                  jnp.asarray(cfg.num_steps, jnp.int32),
                   clipped_n / jnp.maximum(seen, 1.0), trunc, nonfinite,
                   hparams.final_param_clip_norm)
 

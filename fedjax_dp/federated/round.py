@@ -36,8 +36,6 @@ Privacy parameters enter as arrays in `RoundHParams`: sweeping them never recomp
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
@@ -45,11 +43,13 @@ import jax.flatten_util
 import jax.numpy as jnp
 import optax
 
-from fedjax_dp.federated import aggregation, chunking, keys as keylib, server, sharding
 from fedjax_dp.federated.client import ClientHParams
-from fedjax_dp.federated.population import (  # PopulationData: re-exported here
-    PooledPopulation, PopulationData, gather_clients)
-from fedjax_dp.privacy import adaptive_clipping, clipping, noise, sensitivity
+from fedjax_dp.federated.population import PopulationData
+
+__all__ = ["RoundHParams", "RoundMetrics", "RoundConfig", "PopulationData", "make_round",
+           "round_relation", "round_observation", "nonfinite_fallback_update",
+           "init_mechanism_state", "NOISE_MODES", "WEIGHTINGS", "DENOMINATORS"]
+from fedjax_dp.privacy import adaptive_clipping, clipping, noise
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
 PyTree = Any
@@ -91,6 +91,9 @@ class RoundHParams(NamedTuple):
       (`round_relation`), as guaranteed by the client; required then, because the round
       cannot know what bounds an upload it does not clip. With clipping the round
       computes it (`fedjax_dp.privacy.sensitivity.sum_sensitivity`) and this is ignored.
+    algorithm: an algorithm's own per-round hyper-parameters (a dict of float32
+      arrays, e.g. DP-FedProx's ``{"prox_mu": mu}``), read by its stages
+      (`fedjax_dp.federated.stages`), or None. Scheduled and swept like the rest.
 
   The algorithms in `fedjax_dp.algorithms` build their optimisers with learning rate 1
   and read both rates from here: start from ``alg.hparams`` and ``_replace`` fields.
@@ -104,6 +107,7 @@ class RoundHParams(NamedTuple):
   server_noise_stddev: Any = None
   noise_stddev: Any = None
   sensitivity: Any = None
+  algorithm: Any = None
 
 
 class RoundMetrics(NamedTuple):
@@ -345,32 +349,12 @@ def init_mechanism_state(config: RoundConfig, params) -> Any:
   return out or ()
 
 
-class _Partial(NamedTuple):
-  """Per-device partial sums over its cohort slots (combined with one psum)."""
-  total: Any            # sum_k w_k * (clipped [+ local noise]) update_k
-  loss: jax.Array       # sum_k mask_k * loss_k
-  clipped: jax.Array    # participants whose update norm exceeded C
-  norm_sum: jax.Array   # sum of pre-clip norms over participants
-  nonfinite: jax.Array  # participants whose update was NaN/Inf (zeroed)
-  weight_sum: jax.Array
-  example_clip: jax.Array
-  batch_truncated: jax.Array
-  observed: Any = ()    # RoundConfig.observed_client's upload, flat [P] (or ())
-
-
-def _client_data_bytes(data) -> int:
-  """Bytes of one client's padded features and labels."""
-  if isinstance(data, PooledPopulation):
-    feat = int(jnp.dtype(data.pool_x.dtype).itemsize) * int(
-        math.prod(data.pool_x.shape[1:]))
-    return data.max_examples * (feat + 4)
-  feat = int(jnp.dtype(data.x.dtype).itemsize) * int(math.prod(data.x.shape[2:]))
-  return int(data.x.shape[1]) * (feat + 4)
-
-
 def make_round(client_update: Callable, sampler, server_optimizer: optax.GradientTransformation,
                config: RoundConfig, *, mesh: Optional[jax.sharding.Mesh] = None) -> Callable:
-  """Builds ``round_fn(state, data, hp, root_key) -> (ServerState, RoundMetrics)``.
+  """Builds ``round_fn(state, data, hp, root_key) -> (ServerState, RoundMetrics)`` of
+  FedAvg-style local training: the engine (`fedjax_dp.federated.engine
+  .make_engine_round`) composed with a stateless client stage around ``client_update``
+  and the optax server stage (`fedjax_dp.federated.stages.optax_server`).
 
   Args:
     client_update: from `fedjax_dp.federated.client.make_client_update`.
@@ -384,252 +368,9 @@ def make_round(client_update: Callable, sampler, server_optimizer: optax.Gradien
   Returns:
     A pure function; jit it directly or run many rounds with `fedjax_dp.federated.driver`.
     ``data`` may be a `PopulationData` or a `PooledPopulation`.
-
-  Raises:
-    FedJaxDpError: a mesh without a ``"clients"`` axis.
   """
-  vmapped_client = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, None))
-  num_shards = sharding.mesh_size(mesh)
-
-  relation = round_relation(sampler, config)
-
-  def device_partial(params, data, hp, rkey, ids, mask, counts, weights, std_clients,
-                     chunk_size):
-    """Trains, clips, noises (local) and sums this device's slots chunk by chunk."""
-    clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
-    per_chunk = lambda a: a.reshape((-1, chunk_size) + a.shape[1:])
-
-    def one_chunk(acc, xs):
-      cid, cmask, ccounts, cw, cstd = xs
-      x, y, _ = gather_clients(data, cid)
-      # Local training, one independent key per population client id.
-      train_keys = keylib.client_keys(keylib.stream(rkey, keylib.TRAINING), cid)
-      # Padding slots and clients without examples have count 0: a zero update.
-      updates, cm = vmapped_client(params, x, y, ccounts, train_keys, hp.client)
-      # User-level clipping (McMahan et al. 2018, Alg. 1, ClipFn); non-finite -> zeros.
-      local = config.noise in ("local", "local_and_central")
-      if config.clip_updates and not local:
-        # The fused hot path: two passes over the chunk's updates.
-        summed, norms, finite = aggregation.clipped_weighted_sum(updates, cw, clip_norm)
-      else:
-        if config.clip_updates:
-          updates, norms, finite = clipping.clip_per_client(updates, clip_norm)
-        else:
-          finite = jax.vmap(clipping.is_finite)(updates)
-          fallback = nonfinite_fallback_update(params, hp.client)  # F10: inside the ball
-          updates = jax.vmap(lambda u, f: jax.tree_util.tree_map(
-              lambda l, b: jnp.where(f, l, b.astype(l.dtype)), u, fallback))(updates, finite)
-          norms = jax.vmap(clipping.global_norm)(updates)
-        if local:
-          nkeys = keylib.client_keys(keylib.stream(rkey, keylib.LOCAL_NOISE), cid)
-          updates = noise.add_local_noise(nkeys, updates, cstd,
-                                          config.noise_distribution)
-        summed = aggregation.weighted_sum(updates, cw)
-      observed = acc.observed
-      if config.observed_client is not None:  # what the server sees of that sender
-        sel = ((cid == config.observed_client) & cmask).astype(jnp.float32)
-        flat = jax.vmap(lambda u: jax.flatten_util.ravel_pytree(u)[0])(updates)
-        observed = observed + jnp.sum(flat.astype(jnp.float32) * sel[:, None], axis=0)
-      m = cmask.astype(jnp.float32)
-      part = _Partial(
-          total=jax.tree_util.tree_map(jnp.add, acc.total, summed),
-          loss=acc.loss + jnp.sum(cm.loss * m),
-          clipped=acc.clipped + jnp.sum((norms > clip_norm) * m),
-          norm_sum=acc.norm_sum + jnp.sum(norms * m),
-          nonfinite=acc.nonfinite + jnp.sum((~finite) & cmask).astype(jnp.int32),
-          weight_sum=acc.weight_sum + jnp.sum(cw),
-          example_clip=acc.example_clip + jnp.sum(cm.example_clip_fraction * m),
-          batch_truncated=acc.batch_truncated + jnp.sum(cm.batch_truncated * cmask),
-          observed=observed)
-      return part, jnp.where(cmask, norms, 0.0)
-
-    zero = jnp.zeros((), jnp.float32)
-    izero = jnp.zeros((), jnp.int32)
-    observed0 = (() if config.observed_client is None else
-                 jnp.zeros(sum(l.size for l in jax.tree_util.tree_leaves(params)), jnp.float32))
-    init = _Partial(jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, jnp.float32), params),
-                    zero, zero, zero, izero, zero, zero, izero, observed0)
-    part, norms = jax.lax.scan(
-        one_chunk, init, tuple(per_chunk(a) for a in (ids, mask, counts, weights, std_clients)))
-    return part, jnp.max(norms)
-
-  def round_fn(state: server.ServerState, data, hp: RoundHParams, root_key: jax.Array):
-    # NumPy leaves (a population built on the host) become device arrays, so that a
-    # call outside jit indexes them with traced ids like a call inside jit does.
-    data = jax.tree_util.tree_map(jnp.asarray, data)
-    rkey = keylib.round_key(root_key, state.round)
-    q = jnp.asarray(hp.sampling_rate, jnp.float32)
-    adaptive = config.adaptive_clip
-    if adaptive is not None:  # this round's clip norm is the one learned so far
-      hp = hp._replace(clip_norm=state.mechanism["clip"].clip_norm)
-    cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q, round_index=state.round)
-    ids, mask = cohort.indices, cohort.mask
-    counts = jnp.where(mask, data.counts[ids], 0)
-
-    # Weights (bounded in [0, 1] for DP) and padding mask: padded slots weigh 0.
-    if config.weighting == "uniform":
-      weights = aggregation.uniform_weights(mask)
-    elif config.weighting == "data_size":
-      weights = aggregation.data_size_weights(counts, mask, config.data_size_cap)
-    else:
-      source = hp.client_weights if hp.client_weights is not None else data.weights
-      if source is None:
-        raise FedJaxDpError("RoundConfig(weighting='custom') needs "
-                            "RoundHParams.client_weights or PopulationData.weights "
-                            "[num_clients].")
-      weights = jnp.asarray(source, jnp.float32)[ids] * mask.astype(jnp.float32)
-
-    clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
-    z = jnp.asarray(hp.noise_multiplier, jnp.float32)
-    if z.ndim == 1 and not config.local_noise:
-      raise FedJaxDpError("per-client noise multipliers (a [num_clients] noise_multiplier) "
-                          "need local noise (RoundConfig(noise='local')): central noise is "
-                          "one draw for the whole cohort.")
-    # The sensitivity of what is released, under the round's relation.
-    if config.clip_updates:
-      if config.local_noise:  # each upload is released (then weighted: post-processing)
-        delta_s = sensitivity.sum_sensitivity(clip_norm, relation)
-      else:
-        w_max = 1.0
-        if config.weighting == "custom":
-          w_max = jnp.max(jnp.asarray(hp.client_weights if hp.client_weights is not None
-                                      else data.weights, jnp.float32))
-        delta_s = sensitivity.sum_sensitivity(clip_norm, relation, w_max)
-    elif config.noise != "none" and not config.record_level:
-      if hp.sensitivity is None:
-        raise FedJaxDpError(
-            "RoundHParams.sensitivity is required with RoundConfig(clip_updates=False) and "
-            "noise: the round does not clip, so the algorithm must state the L2 "
-            f"sensitivity of one upload under the round's relation ({relation}).")
-      delta_s = jnp.asarray(hp.sensitivity, jnp.float32)
-    else:
-      delta_s = jnp.asarray(jnp.inf, jnp.float32)
-    if adaptive is not None:
-      # Andrew et al. 2021, Sec. 3.1: z (combined event) -> z_Delta for the update sum.
-      # z C / Delta without C (Delta is linear in C): the same float every round while C
-      # moves, so the ledger composes one run of identical events.
-      z_combined = z / sensitivity.sum_sensitivity(1.0, relation, w_max)
-      z_count = adaptive.count_stddev / adaptive_clipping.count_sensitivity(relation)
-      z_sum = adaptive_clipping.update_noise_multiplier(z_combined, z_count)
-      std_all = z_sum * delta_s
-    elif hp.noise_stddev is not None:
-      std_all = jnp.broadcast_to(jnp.asarray(hp.noise_stddev, jnp.float32), z.shape)
-    else:
-      std_all = z * clip_norm
-    if config.noise == "none":
-      std_all = jnp.zeros_like(std_all)
-    client_z = None
-    if std_all.ndim == 1:  # per population client: each is accounted with its own
-      std_clients = std_all[ids]
-      client_z = std_all / delta_s
-      std = jnp.min(std_all)  # the worst client's, whether sampled or not
-    else:
-      std_clients = jnp.broadcast_to(std_all, ids.shape)
-      std = std_all
-
-    # Chunk layout (static): pad the cohort to shards x chunks x chunk_size slots.
-    k = ids.shape[0]
-    chunk_size = config.chunk_size or chunking.auto_chunk_size(
-        -(-k // num_shards), sum(l.size for l in jax.tree_util.tree_leaves(state.params)),
-        _client_data_bytes(data))
-    layout = chunking.chunk_layout(k, chunk_size, num_shards)
-    pad = layout.padded_size - k
-    slots = [jnp.pad(a, (0, pad)) for a in (ids, mask, counts, weights, std_clients)]
-
-    partial = functools.partial(device_partial, chunk_size=layout.chunk_size)
-    if mesh is None:
-      part, max_norm = partial(state.params, data, hp, rkey, *slots)
-    else:
-      P = jax.sharding.PartitionSpec
-
-      def sharded(params, data, hp, rkey, *slots):
-        part, max_norm = partial(params, data, hp, rkey, *slots)
-        # The round's one cross-device reduction: the update sum and the metric sums
-        # travel as one flat float32 vector (plus a scalar max for the metrics).
-        flat, unravel = jax.flatten_util.ravel_pytree(part)
-        return (unravel(jax.lax.psum(flat, sharding.CLIENTS_AXIS)),
-                jax.lax.pmax(max_norm, sharding.CLIENTS_AXIS))
-
-      # check_vma=False: the replicated global model becomes per-device inside the
-      # client's own lax.scan, which the varying-axes type check would reject.
-      part, max_norm = jax.shard_map(
-          sharded, mesh=mesh,
-          in_specs=(P(), P(), P(), P()) + (P(sharding.CLIENTS_AXIS),) * 5,
-          out_specs=(P(), P()), check_vma=False)(state.params, data, hp, rkey, *slots)
-
-    total = part.total
-    mechanism = state.mechanism
-    if config.noise == "central" and config.central_noise is not None:
-      corr, noise_state = config.central_noise.sample(
-          mechanism["noise"], keylib.stream(rkey, keylib.NOISE), total, std)
-      total = jax.tree_util.tree_map(jnp.add, total, corr)
-      mechanism = {**mechanism, "noise": noise_state}
-    elif config.noise == "central":
-      total = noise.add_gaussian_noise(keylib.stream(rkey, keylib.NOISE), total, std)
-    extras = None
-    if adaptive is not None:  # the count release and the next clip norm (Alg. 1)
-      n_in = jnp.sum(mask.astype(jnp.float32))
-      fraction = adaptive_clipping.noisy_unclipped_fraction(
-          keylib.stream(rkey, keylib.CLIP_COUNT), n_in - part.clipped, n_in, adaptive)
-      mechanism = {**mechanism, "clip": adaptive_clipping.ClipState(
-          adaptive_clipping.next_clip_norm(clip_norm, fraction, adaptive))}
-      extras = {"adaptive_clip_norm": clip_norm, "unclipped_fraction_dp": fraction,
-                "update_noise_multiplier": z_sum, "count_noise_multiplier": z_count}
-    if config.observed_client is not None:
-      took_part = jnp.any((ids == config.observed_client) & mask).astype(jnp.float32)
-      extras = {**(extras or {}), "observed_upload": part.observed,
-                "observed_participation": took_part}
-    server_std = jnp.zeros(())
-    if config.noise == "local_and_central":
-      if hp.server_noise_stddev is None:
-        raise FedJaxDpError("RoundConfig(noise='local_and_central') needs "
-                            "RoundHParams.server_noise_stddev.")
-      server_std = jnp.asarray(hp.server_noise_stddev, jnp.float32)
-      total = noise.add_gaussian_noise(keylib.stream(rkey, keylib.NOISE), total, server_std)
-    if config.denominator == "expected":
-      denom = q * config.population_weight
-    else:
-      denom = jnp.maximum(part.weight_sum, 1e-12)
-    delta = jax.tree_util.tree_map(lambda t, p: (t / denom).astype(p.dtype), total,
-                                   state.params)
-    new_state = server.server_update(
-        state, delta, server_optimizer,
-        1.0 if hp.server_learning_rate is None else hp.server_learning_rate)
-    new_state = new_state._replace(mechanism=mechanism)
-
-    n_part = jnp.sum(mask.astype(jnp.float32))
-    safe = jnp.maximum(n_part, 1.0)
-    if config.record_level:  # local DP-SGD: add/remove one record, Delta = C_r
-      delta_event = jnp.asarray(hp.client.record_clip_norm, jnp.float32)
-      std_event = jnp.asarray(hp.client.record_noise_multiplier, jnp.float32) * delta_event
-    else:
-      delta_event, std_event = jnp.asarray(delta_s, jnp.float32), std
-    z_event = jnp.where(std_event > 0, std_event / delta_event, 0.0)
-    if adaptive is not None:  # the combined release (sum and count) is what is accounted
-      z_event = jnp.where(z_combined > 0, z_combined, 0.0)
-    metrics = RoundMetrics(
-        round=state.round,
-        train_loss=part.loss / safe,
-        num_clients=n_part.astype(jnp.int32),
-        num_sampled=cohort.num_sampled,
-        num_truncated=cohort.num_truncated,
-        clip_fraction=part.clipped / safe if config.clip_updates else jnp.zeros(()),
-        mean_update_norm=part.norm_sum / safe,
-        max_update_norm=max_norm,
-        nonfinite_updates=part.nonfinite,
-        noise_multiplier=z_event,
-        noise_stddev=std_event,
-        sampling_rate=(jnp.asarray(hp.client.record_sampling_rate, jnp.float32)
-                       if config.record_level else q),
-        dp_steps=jnp.asarray(config.dp_steps, jnp.int32),
-        example_clip_fraction=part.example_clip / safe,
-        batch_truncated=part.batch_truncated,
-        aggregate_norm=clipping.global_norm(delta),
-        server_noise_stddev=server_std,
-        sensitivity=delta_event,
-        client_noise_multipliers=client_z,
-        extras=extras,
-    )
-    return new_state, metrics
-
-  return round_fn
+  from fedjax_dp.federated import engine, stages  # engine imports this module's types
+  client = stages.stateless_client(
+      client_update, fallback=lambda params, hp: nonfinite_fallback_update(params, hp.client))
+  return engine.make_engine_round(client, sampler, stages.optax_server(server_optimizer),
+                                  config, mesh=mesh)

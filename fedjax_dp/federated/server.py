@@ -31,11 +31,18 @@ class ServerState(NamedTuple):
   noise generator's state, `fedjax_dp.federated.round.RoundConfig.central_noise`),
   made by `fedjax_dp.federated.round.init_mechanism_state`. It is carried through
   ``lax.scan`` and checkpoints like the parameters.
+
+  ``clients`` is ``()``, or the persistent state of every client of the population
+  (leaves ``[num_clients, ...]``, e.g. DP-SCAFFOLD's client control variates) that the
+  engine gathers for a cohort and scatters back
+  (`fedjax_dp.federated.stages.ClientStage`). It is each client's own data: the server
+  of the threat model never observes it (the engine only simulates the clients' memory).
   """
   params: PyTree
   opt_state: PyTree
   round: jax.Array
   mechanism: PyTree = ()
+  clients: PyTree = ()
 
 
 def server_optimizer(name: str = "fedavg", learning_rate: float = 1.0,
@@ -59,10 +66,14 @@ def server_optimizer(name: str = "fedavg", learning_rate: float = 1.0,
   return optax.yogi(lr, b1=b1, b2=b2, eps=tau)
 
 
-def init_server_state(params: PyTree, optimizer: optax.GradientTransformation,
-                      mechanism: PyTree = ()) -> ServerState:
-  """Round 0 server state (``mechanism``: see `ServerState`)."""
-  return ServerState(params, optimizer.init(params), jnp.zeros((), jnp.int32), mechanism)
+def init_server_state(params: PyTree, optimizer: Any, mechanism: PyTree = (),
+                      clients: PyTree = ()) -> ServerState:
+  """Round 0 server state (``mechanism``, ``clients``: see `ServerState`).
+
+  ``optimizer`` is an optax ``GradientTransformation`` or anything with
+  ``init(params)`` (a `fedjax_dp.federated.stages.ServerStage`)."""
+  return ServerState(params, optimizer.init(params), jnp.zeros((), jnp.int32), mechanism,
+                     clients)
 
 
 def server_update(state: ServerState, delta: PyTree,

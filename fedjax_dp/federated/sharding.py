@@ -22,7 +22,7 @@ tests/test_multiprocess.py). See README.md, "Multi-process and multi-host runs".
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import jax
 import numpy as np
@@ -32,7 +32,7 @@ from fedjax_dp.validation import FedJaxDpError, check_int
 CLIENTS_AXIS = "clients"
 
 
-def client_mesh(devices: Optional[Sequence[jax.Device]] = None) -> jax.sharding.Mesh:
+def client_mesh(devices: Optional[Sequence[Any]] = None) -> jax.sharding.Mesh:
   """A 1-D mesh with axis ``"clients"`` over ``devices`` (default: ``jax.devices()``,
   all devices of all processes).
 
@@ -142,7 +142,7 @@ def initialize_distributed(coordinator_address: Optional[str] = None,
     raise FedJaxDpError("distributed: this process has already joined a multi-process "
                         "run (jax.distributed.initialize was called).",
                         option="distributed")
-  if jax.config.jax_cpu_collectives_implementation is None:
+  if getattr(jax.config, "jax_cpu_collectives_implementation", None) is None:
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
   try:
     jax.distributed.initialize(coordinator_address, num_processes, process_id)
