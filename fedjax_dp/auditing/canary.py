@@ -52,14 +52,22 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Dict, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional, Tuple
 
 import jax
 import jax.flatten_util
 import numpy as np
 
+from fedjax_dp.federated.population import PopulationData
 from fedjax_dp.privacy import audit as stats
+from fedjax_dp.privacy.ledger_protocol import Ledger, PrivacyReport
 from fedjax_dp.validation import check_int, check_probability
+
+__all__ = [
+    "CLAIM_FIELDS", "RELEASE_FIELDS", "Setup", "AuditReport", "params_change",
+    "upload_observer", "SCORES", "Simulated", "SimulationCache", "run", "ledger_claim",
+    "describe", "max_provable",
+]
 
 #: Metrics every audited round reports that the claims read.
 CLAIM_FIELDS = ("noise_multiplier", "sampling_rate", "dp_steps", "num_clients",
@@ -99,8 +107,8 @@ class Setup:
   """
   round_out: Callable
   round_in: Callable
-  data_out: Any
-  data_in: Any
+  data_out: PopulationData
+  data_in: PopulationData
   init: Any
   hparams: Any
   inclusion_prob: float
@@ -249,10 +257,17 @@ def _scores(changes: np.ndarray, mean_out: np.ndarray, direction: np.ndarray,
 
 SCORES = ("gaussian_llr", "sampled_gaussian_llr", "energy", "visible_gaussian_llr")
 
+#: One simulation's outcome: its lower bound, the index of the score (in `SCORES`) that
+#: gave it, and the "in" world's metrics ``{field: [reps, rounds, ...]}``.
+Simulated = Tuple[stats.AuditResult, int, Dict[str, np.ndarray]]
+#: `run`'s ``cache``: ``(Setup.simulation_key, repetitions, calibration, alpha, the key's
+#: data)`` -> what that simulation gave.
+SimulationCache = Dict[Tuple[str, int, int, float, Tuple[int, ...]], Simulated]
+
 
 def run(setup: Setup, repetitions: int = 20000, calibration: int = 10000,
         key: Optional[jax.Array] = None, alpha: float = 0.05, batch: int = 5000,
-        cache: Optional[Dict[Any, Any]] = None) -> AuditReport:
+        cache: Optional[SimulationCache] = None) -> AuditReport:
   """Runs the two worlds, fixes the distinguisher on a calibration split, scores fresh
   repetitions and compares the lower bound with the claimed epsilon.
 
@@ -285,20 +300,20 @@ def run(setup: Setup, repetitions: int = 20000, calibration: int = 10000,
   if cache is not None and setup.simulation_key is not None:
     ck = (setup.simulation_key, repetitions, calibration, alpha,
           tuple(np.asarray(jax.random.key_data(key)).ravel().tolist()))
-  if ck is not None and ck in cache:
+  if cache is not None and ck is not None and ck in cache:
     bound, which, met_in = cache[ck]
   else:
     bound, which, met_in = _simulate_and_bound(setup, repetitions, calibration, key, alpha,
                                                batch)
-    if ck is not None:
+    if cache is not None and ck is not None:
       cache[ck] = (bound, which, met_in)
   claimed = float(setup.claim({k: v[calibration:] for k, v in met_in.items()}))
   return AuditReport(claimed, bound, bound.epsilon_lower_bound > claimed, repetitions,
                      calibration, setup.rounds, time.perf_counter() - t0, SCORES[which])
 
 
-def _simulate_and_bound(setup: Setup, repetitions: int, calibration: int, key, alpha,
-                        batch: int):
+def _simulate_and_bound(setup: Setup, repetitions: int, calibration: int, key: jax.Array,
+                        alpha: float, batch: int) -> Simulated:
   """Simulates both worlds and returns (bound, score index, the "in" world's metrics)."""
   rounds = setup.rounds
   total = repetitions + calibration
@@ -327,22 +342,41 @@ def _simulate_and_bound(setup: Setup, repetitions: int, calibration: int, key, a
   return bound, test.score, met_in
 
 
-def ledger_claim(make_ledger: Callable[[], Any],
+def _claim_report(metrics: Dict[str, np.ndarray], r: int) -> PrivacyReport:
+  """Repetition ``r``'s `PrivacyReport` of ``metrics`` (`Setup.claim`'s argument): the
+  per-client noise multipliers and the releases (``{name}_{field}``) where reported;
+  otherwise only the rounds with a finite noise multiplier (an infinite one composes
+  nothing)."""
+  names = [k[:-len("_noise_multiplier")] for k in metrics
+           if k.endswith("_noise_multiplier") and k != "noise_multiplier"]
+  z, q, steps = (np.asarray(metrics[f], np.float64)[r] for f in RELEASE_FIELDS)
+  if names:  # several releases per round
+    return PrivacyReport(z, q, steps, releases={
+        n: {f: np.asarray(metrics[f"{n}_{f}"], np.float64)[r] for f in RELEASE_FIELDS}
+        for n in names})
+  if "client_noise_multipliers" in metrics:
+    return PrivacyReport(z, q, steps, client_noise_multipliers=np.asarray(
+        metrics["client_noise_multipliers"], np.float64)[r])
+  return PrivacyReport(z, q, steps).rows(np.isfinite(z))
+
+
+def ledger_claim(make_ledger: Callable[[], Ledger],
                  transform: Optional[Callable[[Dict[str, np.ndarray]],
                                               Dict[str, np.ndarray]]] = None,
                  client: Optional[int] = None) -> Callable[[Dict[str, np.ndarray]], float]:
   """A `Setup.claim` that composes what each "in" repetition reported in a fresh ledger
-  (``make_ledger()``: a `PrivacyLedger`, or a `PerClientLedger` when the metrics hold
-  ``client_noise_multipliers``) and returns the median epsilon over repetitions
-  (identical reports are composed once). The epsilon is the smallest the code reports:
-  PLD where the ledger supports it, else RDP.
+  (``make_ledger()``, any `fedjax_dp.privacy.ledger_protocol.Ledger`: it refuses a
+  report it cannot compose) and returns the median epsilon over repetitions (identical
+  reports are composed once). The epsilon is the smallest the code reports: PLD where
+  the ledger supports it, else RDP; with per-client noise multipliers the worst
+  client's (`Ledger.epsilon`).
 
   Args:
     make_ledger: the mechanism's ledger factory (``spec.make_ledger(delta)``).
     transform: optional ``metrics -> metrics`` applied first (how a deliberately broken
       accountant read the reports). An infinite noise multiplier composes nothing.
     client: with per-client noise multipliers, the client whose epsilon is claimed
-      (None: the worst client's).
+      (`Ledger.unit_epsilons`; None: the worst client's).
   """
 
   def claim(metrics: Dict[str, np.ndarray]) -> float:
@@ -360,22 +394,13 @@ def ledger_claim(make_ledger: Callable[[], Any],
     eps_of = np.empty(first.shape[0])
     for i, r in enumerate(first):
       ledger = make_ledger()
-      if hasattr(ledger, "release_names"):  # several releases per round
-        fields = [{n: np.asarray(metrics[f"{n}_{f}"], np.float64)[r]
-                   for n in ledger.release_names} for f in RELEASE_FIELDS]
-        ledger.record_many(*fields)
-        eps_of[i] = ledger.epsilon(accountant="pld" if ledger.supports("pld") else "rdp")
-        continue
-      if per_client:
-        ledger.record_many(z[r], q[r], steps[r])
-        single = (ledger.ledger_of(client) if client is not None
-                  else ledger.worst_ledger())
-      else:
-        keep = np.isfinite(z[r])
-        if keep.any():
-          ledger.record_many(z[r][keep], q[r][keep], steps[r][keep])
-        single = ledger
-      eps_of[i] = single.epsilon(accountant="pld" if single.supports("pld") else "rdp")
+      report = _claim_report(metrics, r)
+      if report.num_rounds:
+        ledger.record(report)
+      acc = "pld" if ledger.supports("pld") else "rdp"
+      units = ledger.unit_epsilons(acc) if client is not None else None
+      eps_of[i] = (float(units[client]) if units is not None
+                   else ledger.epsilon(accountant=acc))
     return float(np.median(eps_of[np.asarray(inverse).reshape(-1)]))
 
   return claim

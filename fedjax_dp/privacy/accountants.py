@@ -50,7 +50,7 @@ import contextlib
 import functools
 import logging
 import math
-from typing import Any, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 from absl import logging as absl_logging
 import dp_accounting
@@ -111,7 +111,8 @@ class _NonConvergenceCollector(logging.Filter):
     if isinstance(msg, str) and msg.startswith(_NONCONVERGENCE_PREFIX):
       args = record.args if isinstance(record.args, tuple) else ()
       if len(args) >= 4:
-        self.seen.append((float(args[1]), float(args[2]), float(args[3])))
+        vals = [float(str(a)) for a in args[1:4]]  # logged numbers (floats, %-formatted)
+        self.seen.append((vals[0], vals[1], vals[2]))
       else:
         self.seen.append((math.nan, math.nan, math.nan))
       return False
@@ -173,7 +174,7 @@ def deduplicate_rdp_convergence_warnings(
       logger.warning("%s", _nonconvergence_message(collector.seen))
 
 
-def excluded_orders_note(orders: Sequence[float], rdp: Sequence[float],
+def excluded_orders_note(orders: Sequence[float], rdp: Union[Sequence[float], np.ndarray],
                          delta: float) -> Optional[str]:
   """One plain sentence when RDP orders dp-accounting had to exclude could change the
   reported epsilon; None when they do not.
@@ -201,20 +202,21 @@ def excluded_orders_note(orders: Sequence[float], rdp: Sequence[float],
   Returns:
     None, or the sentence (naming the epsilon, its order and the excluded orders).
   """
-  orders = np.asarray(orders, np.float64)
-  rdp = np.asarray(rdp, np.float64)
-  excluded = np.isposinf(rdp)
+  order_arr = np.asarray(orders, np.float64)
+  rdp_arr = np.asarray(rdp, np.float64)
+  excluded = np.isposinf(rdp_arr)
   if not excluded.any():
     return None
-  eps, best = rdp_privacy_accountant.compute_epsilon(orders, rdp, delta)
+  eps, best = rdp_privacy_accountant.compute_epsilon(order_arr.tolist(), rdp_arr.tolist(),
+                                                     delta)
   if excluded.all() or not math.isfinite(eps):
     edge = True
   else:
-    i = int(np.flatnonzero(orders == best)[0])
-    edge = any(0 <= j < len(orders) and excluded[j] for j in (i - 1, i + 1))
+    i = int(np.flatnonzero(order_arr == best)[0])
+    edge = any(0 <= j < len(order_arr) and excluded[j] for j in (i - 1, i + 1))
   if not edge:
     return None
-  where = ", ".join(f"{a:g}" for a in orders[excluded])
+  where = ", ".join(f"{a:g}" for a in order_arr[excluded])
   return (f"the RDP epsilon {eps:.4g} may be loose: it is attained at order {best:g}, "
           f"next to order(s) {where} where dp_accounting could not compute the RDP (its "
           "series for the Poisson-subsampled Gaussian did not converge), so a smaller "
@@ -329,8 +331,8 @@ def sampled_without_replacement_gaussian_pld(
   hi = math.ceil(max(float(b.epsilon_upper or 0.0) for b in bounds) / h)
   rounded = np.arange(lo, hi + 1)
   eps = rounded * h
-  deltas = np.maximum(np.asarray(losses[0].get_delta_for_epsilon(eps), np.float64),
-                      np.asarray(losses[1].get_delta_for_epsilon(eps), np.float64))
+  deltas = np.maximum(np.asarray(losses[0].get_delta_for_epsilon(eps.tolist()), np.float64),
+                      np.asarray(losses[1].get_delta_for_epsilon(eps.tolist()), np.float64))
   pmf = dp_pld.pld_pmf.create_pmf_pessimistic_connect_dots(h, rounded, deltas)
   return dp_pld.privacy_loss_distribution.PrivacyLossDistribution(pmf)
 
@@ -467,7 +469,7 @@ def event_epsilon(event: dp_accounting.DpEvent, delta: float, accountant: str = 
     note = excluded_orders_note(orders, vec, delta)
     if note:
       _log.warning("%s", note)
-    eps, _ = rdp_privacy_accountant.compute_epsilon(orders, vec, delta)
+    eps, _ = rdp_privacy_accountant.compute_epsilon(list(orders), list(vec), delta)
     return float(eps)
   with deduplicate_rdp_convergence_warnings():
     acc = _make_accountant(accountant, relation, orders, interval)

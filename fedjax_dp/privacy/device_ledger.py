@@ -32,10 +32,11 @@ the float tolerance `FILTER_TOLERANCE`), and +inf if its realised rho exceeded t
 realised composition stays available (`realised_epsilons`, `realised_worst_epsilon`),
 labelled as such by the caller: it is not a guarantee under adaptive budgets.
 
-`DeviceLedger` follows the per-client ledger protocol of
-`fedjax_dp.privacy.per_client.PerClientLedger` (``record_many``, ``epsilons``,
-``worst_client``, ``worst_epsilon``, ``worst_ledger``, ``to_dict``/``from_dict``), with
-``+inf`` as "released nothing this round" (a dropped device).
+`DeviceLedger` implements `fedjax_dp.privacy.ledger_protocol.Ledger` (reports with
+``client_noise_multipliers``, ``+inf`` as "released nothing this round", a dropped
+device; `epsilon` is the worst device's, `unit_epsilons` every device's) and keeps
+`fedjax_dp.privacy.per_client.PerClientLedger`'s extras (``epsilons``,
+``worst_client``, ``worst_epsilon``, ``worst_ledger``).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 
 from fedjax_dp.privacy.accountants import ACCOUNTANTS, DEFAULT_RDP_ORDERS
 from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport, check_report
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
 
 _FORMAT = "fedjax_dp.privacy.DeviceLedger"
@@ -117,8 +119,8 @@ class DeviceLedger:
   Example::
 
     ledger = DeviceLedger(num_clients=30, delta=1e-3)
-    worst = ledger.record_many(z_block)   # z_block float [L, 30], inf = no release
-    eps = ledger.epsilons()               # float64 [30]
+    worst = ledger.record(PrivacyReport(z_min, 1.0, 1, client_noise_multipliers=z_block))
+    eps = ledger.unit_epsilons()          # z_block float [L, 30], inf = no release
   """
 
   def __init__(self, num_clients: int, delta: float, population_size: int = 1,
@@ -205,11 +207,26 @@ class DeviceLedger:
       elif math.isinf(rho):
         self._eps_cache[rho] = math.inf
       else:
-        orders = np.asarray(DEFAULT_RDP_ORDERS, np.float64)
+        orders: Any = np.asarray(DEFAULT_RDP_ORDERS, np.float64)
         eps, _ = rdp_privacy_accountant.compute_epsilon(orders, orders * rho / 2.0,
                                                         self._delta)
         self._eps_cache[rho] = float(eps)
     return self._eps_cache[rho]
+
+  def record(self, report: PrivacyReport, /) -> np.ndarray:
+    """The `Ledger` hook: `record_many` of the report's per-device noise multipliers
+    (``client_noise_multipliers`` ``[R, m]``, required), rates and steps (all 1).
+
+    Returns:
+      float64 ``[R]``: the worst device's RDP epsilon after each round.
+
+    Raises:
+      FedJaxDpError: a report without per-device noise multipliers or with several
+        releases (`check_report`), or what `record_many` raises (nothing is recorded).
+    """
+    report = check_report(report, "DeviceLedger", per_client="required")
+    return self.record_many(report.client_noise_multipliers, report.sampling_rate,
+                            report.dp_steps)
 
   def record_many(self, noise_multipliers: Any, sampling_rates: Any = 1.0,
                   dp_steps: Any = 1) -> np.ndarray:
@@ -273,6 +290,24 @@ class DeviceLedger:
     """The largest realised epsilon over devices (see `realised_epsilons`)."""
     d = self._delta if delta is None else check_delta(delta)
     return gaussian_epsilon(float(self._rho.max()), d, accountant)
+
+  def unit_epsilons(self, accountant: str = "rdp") -> np.ndarray:
+    """float64 ``[m]``: every device's epsilon at the ledger's delta (`epsilons`)."""
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    return self.epsilons(accountant=accountant)
+
+  def epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """The run's guarantee: the worst device's epsilon (`worst_epsilon`)."""
+    return self.worst_epsilon(delta, accountant)
+
+  def supports(self, accountant: str) -> bool:
+    """Both accountants are available (`gaussian_epsilon`).
+
+    Raises:
+      FedJaxDpError: an unknown accountant.
+    """
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    return True
 
   def worst_client(self, delta: Optional[float] = None, accountant: str = "rdp") -> int:
     """The (smallest) id of a device with the largest epsilon (the largest rho; with a

@@ -225,7 +225,7 @@ def label(field: str, labels: Mapping[str, Tuple[str, str]] = LABELS) -> Tuple[s
 
 
 def labels_for_run(test_set_is_client_data: bool,
-                   extra: Mapping[str, Tuple[str, str]] = (),
+                   extra: Optional[Mapping[str, Tuple[str, str]]] = None,
                    from_test_metrics: Iterable[str] = ()) -> Dict[str, Tuple[str, str]]:
   """`LABELS` plus an algorithm's own fields ``extra`` (its
   `fedjax_dp.algorithms.interface.FederatedAlgorithm.metric_labels`), with the test
@@ -238,7 +238,7 @@ def labels_for_run(test_set_is_client_data: bool,
     FedJaxDpError: an ``extra`` label of an unknown kind.
   """
   out = dict(LABELS)
-  for field, (kind, why) in dict(extra).items():
+  for field, (kind, why) in dict(extra or {}).items():
     if kind not in KINDS:
       raise FedJaxDpError(f"the disclosure label of {field!r} must be one of {KINDS}, got "
                           f"{kind!r}.")

@@ -301,6 +301,7 @@ def _build_event(z: float, q: float, steps: int, sampler: str,
       q = int(cohort_size or 0) / int(population_size or 1)
     return inner if q == 1.0 else VisibleParticipationDpEvent(q, inner)
   if sampler == "fixed_size" and int(cohort_size or 0) < int(population_size or 0):
+    assert population_size is not None and cohort_size is not None  # both > 0 here
     event = dp_accounting.SampledWithoutReplacementDpEvent(
         population_size, cohort_size, gaussian)
   elif sampler == "fixed_size" or q == 1.0:  # everyone takes part: no amplification

@@ -4,7 +4,11 @@
   change every round), with fast RDP epsilon after every round, PLD epsilon, the
   probability that a padded batch or cohort was truncated (added to delta,
   `fedjax_dp.privacy.events.truncation_delta`), and JSON round-tripping for checkpoints.
-* `PrivacySummary`: what a run's privacy statement says.
+* `PrivacySummary` (`fedjax_dp.privacy.summary`, re-exported): what a run's privacy
+  statement says.
+
+The rounds a ledger is fed are checked and run-length encoded by
+`fedjax_dp.privacy.rounds`.
 
 Every recorded noise multiplier follows the one convention stated in
 `fedjax_dp.privacy.events` (``z = sigma / Delta`` with ``Delta`` the sensitivity under the
@@ -23,9 +27,8 @@ excluded could change the epsilon (`fedjax_dp.privacy.accountants.excluded_order
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, cast, overload
 
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
@@ -43,7 +46,11 @@ from fedjax_dp.privacy.events import (SAMPLERS, NeighborRel, Truncation, _build_
                                       _check_privacy_unit, _check_sampling_rate,
                                       _resolve_cohort_size, check_observation,
                                       dp_accounting_relation, neighboring_relation,
-                                      observation_text, truncation_delta)
+                                      truncation_delta)
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport, check_report
+from fedjax_dp.privacy.rounds import (Run, check_rounds, check_truncation, run_lengths,
+                                      split_self_composed)
+from fedjax_dp.privacy.summary import PrivacySummary
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
 
 __all__ = ["PrivacySummary", "PrivacyLedger"]
@@ -53,102 +60,8 @@ _LEDGER_VERSION = 3  # 3: the observation model (2: every ledger was "aggregate"
 
 
 # ---------------------------------------------------------------------------
-# Summary.
-# ---------------------------------------------------------------------------
-
-@dataclasses.dataclass(frozen=True)
-class PrivacySummary:
-  """A run's privacy statement.
-
-  Attributes:
-    privacy_unit: ``"user-level"`` or ``"record-level"``.
-    neighboring_relation: text from `neighboring_relation`.
-    sampler: one of `SAMPLERS`.
-    accountant: ``"rdp"`` or ``"pld"``.
-    epsilon: epsilon spent (``inf`` if a round was non-private).
-    delta: the accountant's delta in (0, 1).
-    num_rounds: rounds composed.
-    num_releases: noisy releases composed (sum over rounds of ``dp_steps``).
-    truncation_probability: union bound on the probability that any padded Poisson
-      draw of the run was truncated (0 without truncation).
-    delta_total: ``delta + (1 + e^epsilon) truncation_probability``: the delta of the
-      guarantee (`truncation_delta`).
-    observation: what the server observes (`fedjax_dp.privacy.events.OBSERVATIONS`).
-  """
-  privacy_unit: str
-  neighboring_relation: str
-  sampler: str
-  accountant: str
-  epsilon: float
-  delta: float
-  num_rounds: int
-  num_releases: int
-  truncation_probability: float = 0.0
-  delta_total: Optional[float] = None
-  observation: str = "aggregate"
-
-  def to_dict(self) -> Dict[str, Any]:
-    """Plain dict (``epsilon`` may be ``inf``; JSON writers must allow it)."""
-    return dataclasses.asdict(self)
-
-  def __str__(self) -> str:
-    sampling = "Poisson sampling" if self.sampler == "poisson" else "fixed-size sampling"
-    delta = self.delta if self.delta_total is None else self.delta_total
-    return (f"({self.epsilon:.4g}, {delta:.4g})-DP at {self.privacy_unit} "
-            f"({self.neighboring_relation}); {sampling}, the server observes "
-            f"{observation_text(self.observation)}; {self.num_rounds} rounds, "
-            f"{self.num_releases} noisy releases, {self.accountant.upper()} accountant")
-
-
-# ---------------------------------------------------------------------------
 # The ledger.
 # ---------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class _Run:
-  event: dp_accounting.DpEvent
-  noise_multiplier: float
-  sampling_rate: float
-  dp_steps: int
-  count: int
-
-
-def _as_vector(name: str, values: Any, length: Optional[int], dtype) -> np.ndarray:
-  arr = np.asarray(values)
-  if arr.ndim == 0 and length is not None:
-    arr = np.full(length, arr)
-  if arr.ndim != 1:
-    raise FedJaxDpError(f"{name} must be a 1-D array (one entry per round), got shape "
-                        f"{arr.shape}.")
-  if length is not None and arr.shape[0] != length:
-    raise FedJaxDpError(f"{name} must have {length} entries (one per round), got "
-                        f"{arr.shape[0]}.")
-  if arr.dtype.kind not in "biuf":
-    raise FedJaxDpError(f"{name} must be numeric, got dtype {arr.dtype}.")
-  return arr.astype(dtype)
-
-
-def _check_truncation(truncation: Any) -> Optional[Truncation]:
-  if truncation is None:
-    return None
-  if isinstance(truncation, dict):
-    truncation = Truncation(**truncation)
-  if not isinstance(truncation, Truncation):
-    raise FedJaxDpError(f"truncation must be a Truncation or None, got "
-                        f"{type(truncation).__name__}.")
-  return Truncation(check_int("truncation.population_size", truncation.population_size,
-                              minimum=1),
-                    check_int("truncation.cap", truncation.cap, minimum=1),
-                    check_int("truncation.draws_per_step", truncation.draws_per_step,
-                              minimum=1))
-
-
-def _split_self_composed(event: dp_accounting.DpEvent) -> Tuple[dp_accounting.DpEvent, int]:
-  """``SelfComposed(base, k) -> (base, k)``; any other event -> ``(event, 1)``."""
-  if isinstance(event, dp_accounting.SelfComposedDpEvent):
-    return event.event, event.count
-  return event, 1
-
 
 class PrivacyLedger:
   """Run-length composition of per-round DP events, with epsilon on demand.
@@ -159,7 +72,9 @@ class PrivacyLedger:
   (``algorithm.privacy.make_ledger(delta)``) so that sampler, relation, cohort sizes and
   the truncation model are the ones the rounds ran with.
 
-  Rounds are appended with `record` / `record_many`; identical consecutive
+  Implements `fedjax_dp.privacy.ledger_protocol.Ledger` (``record(report)``, `epsilon`,
+  `unit_epsilons` (None), `supports`, `to_dict` / `from_dict`). Rounds are appended
+  with `record` / `record_many`; identical consecutive
   rounds are grouped into one ``(DpEvent, count)`` run, so a 1000-round run with
   constant noise is a single `SelfComposedDpEvent`. Values coming from the
   device (float32) are converted exactly to float64 and grouped only when
@@ -191,7 +106,7 @@ class PrivacyLedger:
   Example (driver)::
 
     ledger = PrivacyLedger(delta=1e-5)
-    eps_per_round = ledger.record_many(z_block, q_block, steps_block)
+    eps_per_round = ledger.record(PrivacyReport(z_block, q_block, steps_block))
     eps = ledger.epsilon(accountant="pld")
   """
 
@@ -248,8 +163,8 @@ class PrivacyLedger:
                                                                relation)
     self._observation = check_observation(observation, sampler, self._relation,
                                           privacy_unit)
-    self._truncation = _check_truncation(truncation)
-    self._runs: List[_Run] = []
+    self._truncation = check_truncation(truncation)
+    self._runs: List[Run] = []
     self._num_rounds = 0
     self._version = 0
     # RDP caches.
@@ -320,6 +235,15 @@ class PrivacyLedger:
     check_choice("accountant", accountant, ACCOUNTANTS)
     return True
 
+  def unit_epsilons(self, accountant: str = "rdp") -> None:
+    """None: the ledger is one protected unit's composition (`Ledger`).
+
+    Raises:
+      FedJaxDpError: an unknown accountant.
+    """
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    return None
+
   # -- recording -------------------------------------------------------------
 
   def _round_event(self, z: float, q: float, steps: int) -> dp_accounting.DpEvent:
@@ -334,29 +258,46 @@ class PrivacyLedger:
         and self._runs[-1].sampling_rate == q):
       self._runs[-1].count += count
     else:
-      self._runs.append(_Run(event, z, q, steps, count))
+      self._runs.append(Run(event, z, q, steps, count))
     self._num_rounds += count
     self._version += 1
 
+  @overload
+  def record(self, report: PrivacyReport, /) -> np.ndarray: ...
+
+  @overload
   def record(self, noise_multiplier: float, sampling_rate: float, dp_steps: int = 1,
-             count: int = 1) -> None:
-    """Records ``count`` identical rounds.
+             count: int = 1) -> None: ...
+
+  def record(self, noise_multiplier: Any, sampling_rate: Any = None, dp_steps: Any = 1,
+             count: Any = 1) -> Optional[np.ndarray]:
+    """``record(report)``, the `Ledger` hook: composes a `PrivacyReport` of one release
+    per round (`record_many` of its fields) and returns float64 ``[R]``, the RDP epsilon
+    at the ledger's delta after each of its rounds. ``record(z, q, dp_steps=1,
+    count=1)``: records ``count`` identical rounds, returns None.
 
     Args:
-      noise_multiplier: z >= 0 (noise std / L2 sensitivity under the ledger's relation);
-        numpy / jax scalars are converted to float64 exactly.
-      sampling_rate: q in (0, 1].
+      noise_multiplier: a `PrivacyReport`, or z >= 0 (noise std / L2 sensitivity under
+        the ledger's relation); numpy / jax scalars are converted to float64 exactly.
+      sampling_rate: q in (0, 1] (not with a report).
       dp_steps: noisy releases composed in the round (int >= 1).
       count: number of identical rounds (int >= 1).
 
     Raises:
-      FedJaxDpError: any argument out of range, NaN or inf (nothing is recorded).
+      FedJaxDpError: a report with several releases per round or per-client noise
+        multipliers (naming the ledger to use, `check_report`), any argument out of
+        range, NaN or inf (nothing is recorded).
     """
+    if sampling_rate is None:
+      report = check_report(noise_multiplier, "PrivacyLedger")
+      return self.record_many(report.noise_multiplier, report.sampling_rate,
+                              report.dp_steps)
     z = _check_noise_multiplier(noise_multiplier)
     q = _check_sampling_rate(sampling_rate)
     steps = _check_count(dp_steps, "dp_steps")
     count = _check_count(count, "count")
     self._append(z, q, steps, count)
+    return None
 
   def record_many(self, noise_multipliers: Any, sampling_rates: Any,
                   dp_steps: Any = 1) -> np.ndarray:
@@ -376,31 +317,13 @@ class PrivacyLedger:
       FedJaxDpError: wrong shapes, or any entry out of range, NaN or inf; the
         message names the array and index. Nothing is recorded on error.
     """
-    z = _as_vector("noise_multipliers", noise_multipliers, None, np.float64)
-    n = z.shape[0]
-    q = _as_vector("sampling_rates", sampling_rates, n, np.float64)
-    steps_f = _as_vector("dp_steps", dp_steps, n, np.float64)
-    for name, arr, ok, allowed in (
-        ("noise_multipliers", z, np.isfinite(z) & (z >= 0), "finite and >= 0"),
-        ("sampling_rates", q, np.isfinite(q) & (q > 0) & (q <= 1), "in (0, 1]"),
-        ("dp_steps", steps_f, np.isfinite(steps_f) & (steps_f >= 1)
-         & (steps_f == np.round(steps_f)), "integers >= 1")):
-      if not ok.all():
-        i = int(np.argmin(ok))
-        raise FedJaxDpError(f"{name}[{i}] must be {allowed}, got {arr[i]!r}.")
-    steps = steps_f.astype(np.int64)
+    z, q, steps = check_rounds(noise_multipliers, sampling_rates, dp_steps)
     start = self._num_rounds
-    if n:
-      change = np.flatnonzero((z[1:] != z[:-1]) | (q[1:] != q[:-1])
-                              | (steps[1:] != steps[:-1])) + 1
-      bounds = np.concatenate([[0], change, [n]])
-      # Validate every segment (e.g. fixed-size cohorts) before mutating.
-      segments = [(float(z[a]), float(q[a]), int(steps[a]), int(b - a))
-                  for a, b in zip(bounds[:-1], bounds[1:])]
-      for zi, qi, si, _ in segments:
-        self._round_event(zi, qi, si)
-      for seg in segments:
-        self._append(*seg)
+    segments = run_lengths(z, q, steps)
+    for zi, qi, si, _ in segments:  # validate every segment (e.g. fixed-size cohorts)
+      self._round_event(zi, qi, si)  # before mutating
+    for seg in segments:
+      self._append(*seg)
     return self.epsilon_history(start=start)
 
   # -- truncation ------------------------------------------------------------
@@ -423,9 +346,9 @@ class PrivacyLedger:
 
   # -- RDP -------------------------------------------------------------------
 
-  def _run_rdp(self, run: _Run) -> Tuple[np.ndarray, int]:
+  def _run_rdp(self, run: Run) -> Tuple[np.ndarray, int]:
     """(RDP vector of the run's base event, releases per round)."""
-    base, steps = _split_self_composed(run.event)
+    base, steps = split_self_composed(run.event)
     vec, seen = _rdp_of(base, self._orders, dp_accounting_relation(base))
     if seen and not self._nonconvergence_reported:
       # Whether it matters is `accounting_warnings`' question; the details go to DEBUG.
@@ -459,7 +382,7 @@ class PrivacyLedger:
   def _rdp_epsilon(self, delta: float) -> float:
     if not self._runs:
       return 0.0
-    eps, _ = rdp_privacy_accountant.compute_epsilon(self._orders, self.rdp(), delta)
+    eps, _ = rdp_privacy_accountant.compute_epsilon(self._orders, cast(Any, self.rdp()), delta)
     return float(eps)
 
   def epsilon_history(self, delta: Optional[float] = None, start: int = 0) -> np.ndarray:
@@ -489,7 +412,7 @@ class PrivacyLedger:
         end = first + run.count
         for k in range(max(len(hist) - first, 0) + 1, run.count + 1):
           eps, _ = rdp_privacy_accountant.compute_epsilon(
-              self._orders, total + (k * steps) * vec, delta)
+              self._orders, cast(Any, total + (k * steps) * vec), delta)
           hist.append(float(eps))
         total += (run.count * steps) * vec
         first = end

@@ -39,14 +39,15 @@ matter to it).
 The record layout: a release ``name`` appears in ``metrics.jsonl`` as the fields
 ``{name}_{metric}`` for each metric of `RELEASE_METRICS`, and its truncation model as
 ``{name}_truncation_{field}`` for each field of `RELEASE_TRUNCATION_FIELDS`
-(`release_field`).
+(`release_field`); names, fields and groups are checked by
+`fedjax_dp.privacy.release_names` (re-exported here).
 """
 
 from __future__ import annotations
 
 import math
-import re
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, cast,
+                    overload)
 
 import dp_accounting
 from dp_accounting.rdp import rdp_privacy_accountant
@@ -56,7 +57,14 @@ from fedjax_dp.privacy.accountants import (ACCOUNTANTS, _check_pld_interval,
                                            _make_accountant, _raise_unsupported)
 from fedjax_dp.privacy.events import (Truncation, dp_accounting_relation,
                                       neighboring_relation, truncation_delta)
-from fedjax_dp.privacy.ledger import PrivacyLedger, PrivacySummary
+from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.privacy.ledger_protocol import (RELEASE_REPORT_FIELDS, PrivacyReport,
+                                             check_report, release_field)
+# Release names, record fields and groups live in `release_names` (re-exported here).
+from fedjax_dp.privacy.release_names import (RELEASE_METRICS, RELEASE_TRUNCATION_FIELDS,
+                                             check_groups, check_names, check_release_name,
+                                             group_names)
+from fedjax_dp.privacy.summary import PrivacySummary
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_delta, check_int
 
 __all__ = ["RELEASE_METRICS", "RELEASE_TRUNCATION_FIELDS", "MultiReleaseLedger",
@@ -64,102 +72,6 @@ __all__ = ["RELEASE_METRICS", "RELEASE_TRUNCATION_FIELDS", "MultiReleaseLedger",
 
 _FORMAT = "fedjax_dp.MultiReleaseLedger"
 _VERSION = 1
-
-#: What a round reports for each release (`RoundMetrics.releases[name]`'s keys).
-RELEASE_METRICS = ("noise_multiplier", "sampling_rate", "dp_steps", "noise_stddev",
-                   "sensitivity")
-#: A release's `Truncation` fields, written as ``{name}_truncation_{field}``.
-RELEASE_TRUNCATION_FIELDS = ("population_size", "cap", "draws_per_step")
-
-_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
-
-
-def check_release_name(name: Any, arg: str = "name") -> str:
-  """A release name: a lowercase identifier (``[a-z][a-z0-9_]*``), used as a prefix of
-  record fields.
-
-  Raises:
-    FedJaxDpError: naming ``arg``, for anything else.
-  """
-  if not isinstance(name, str) or not _NAME.match(name):
-    raise FedJaxDpError(f"{arg} must be a lowercase identifier ([a-z][a-z0-9_]*, e.g. "
-                        f"'inner'), got {name!r}.", option=arg)
-  return name
-
-
-def release_field(name: str, metric: str) -> str:
-  """The record field of release ``name``'s ``metric`` (one of `RELEASE_METRICS`, or
-  ``"truncation_" + f`` for ``f`` in `RELEASE_TRUNCATION_FIELDS`)."""
-  return f"{name}_{metric}"
-
-
-def _check_names(release_names: Any) -> Tuple[str, ...]:
-  if isinstance(release_names, str) or not isinstance(release_names, Iterable):
-    raise FedJaxDpError(f"release_names must be a sequence of names, got "
-                        f"{release_names!r}.", option="release_names")
-  names = tuple(check_release_name(n, "release_names") for n in release_names)
-  if not names:
-    raise FedJaxDpError("release_names must name at least one release, got none.",
-                        option="release_names")
-  if len(set(names)) != len(names):
-    dup = sorted({n for n in names if names.count(n) > 1})
-    raise FedJaxDpError(f"release_names must be distinct, got {dup!r} more than once.",
-                        option="release_names")
-  return names
-
-
-def _group_names(group: Any, names: Tuple[str, ...]) -> Tuple[str, ...]:
-  """``group`` (release names) as a tuple in release order.
-
-  Raises:
-    FedJaxDpError: not a collection of names, an unknown name, or no name.
-  """
-  if isinstance(group, str) or not isinstance(group, Iterable):
-    raise FedJaxDpError(f"a group must be a collection of release names (of "
-                        f"{list(names)}), got {group!r}.", option="groups")
-  members = set()
-  for n in group:
-    if n not in names:
-      raise FedJaxDpError(f"a group names {n!r}, which is not one of the releases "
-                          f"{list(names)}.", option="groups")
-    members.add(n)
-  if not members:
-    raise FedJaxDpError("a group must name at least one release, got an empty one.",
-                        option="groups")
-  return tuple(n for n in names if n in members)
-
-
-def check_groups(groups: Any, release_names: Sequence[str]
-                 ) -> Tuple[Tuple[str, ...], ...]:
-  """Release groups (`MultiReleaseLedger`'s ``groups``) as a tuple of tuples of names,
-  each in release order, duplicates dropped; None gives the single group of every
-  release.
-
-  Raises:
-    FedJaxDpError: not a sequence of collections of names, an unknown name, an empty
-      group, or a release in no group (option ``groups``).
-  """
-  names = tuple(release_names)
-  if groups is None:
-    return (names,)
-  if isinstance(groups, str) or not isinstance(groups, Iterable):
-    raise FedJaxDpError(f"groups must be a sequence of collections of release names "
-                        f"(each the releases one record can influence), got {groups!r}.",
-                        option="groups")
-  out: List[Tuple[str, ...]] = []
-  for g in groups:
-    g = _group_names(g, names)
-    if g not in out:
-      out.append(g)
-  if not out:
-    raise FedJaxDpError("groups must hold at least one group (or be None), got none.",
-                        option="groups")
-  missing = [n for n in names if not any(n in g for g in out)]
-  if missing:
-    raise FedJaxDpError(f"groups must cover every release; {missing!r} is in no group "
-                        "(a release that no record can influence is not accounted).",
-                        option="groups")
-  return tuple(out)
 
 
 def _num_releases(ledger: PrivacyLedger) -> int:
@@ -173,9 +85,11 @@ class MultiReleaseLedger:
   docstring).
 
   Every round is recorded for every release (a round that does not run a release is
-  not representable: report it with its own steps). Epsilon is the largest over the
-  ``groups`` (module docstring) of the composition of the group's releases over all
-  recorded rounds; with the default single group, that of *all* releases composed.
+  not representable: report it with its own steps). Implements
+  `fedjax_dp.privacy.ledger_protocol.Ledger` (reports with ``releases``). Epsilon is
+  the largest over the ``groups`` (module docstring) of the composition of the group's
+  releases over all recorded rounds; with the default single group, that of *all*
+  releases composed.
   `group_epsilons` gives each group's, `release_epsilons` each release's own, for
   reporting how the budget is split.
 
@@ -189,9 +103,10 @@ class MultiReleaseLedger:
   Example::
 
     ledger = MultiReleaseLedger(["inner", "outer"], delta=1e-5, sampler="poisson")
-    eps = ledger.record_many({"inner": z, "outer": z},      # z: float [L]
-                             {"inner": 0.1, "outer": 0.05},
-                             {"inner": 2, "outer": 2})      # eps: float64 [L]
+    eps = ledger.record(PrivacyReport.from_releases(      # eps: float64 [L]
+        {"inner": {"noise_multiplier": z, "sampling_rate": 0.1, "dp_steps": 2},
+         "outer": {"noise_multiplier": z, "sampling_rate": 0.05, "dp_steps": 2}},
+        len(z)))                                           # z: float [L]
     ledger.release_epsilons()                              # {"inner": ..., "outer": ...}
   """
 
@@ -220,7 +135,7 @@ class MultiReleaseLedger:
         ``truncation`` argument, invalid ``groups`` (an unknown name, an empty group, a
         release in no group), or invalid ledger arguments.
     """
-    names = _check_names(release_names)
+    names = check_names(release_names)
     groups_ = check_groups(groups, names)
     if "truncation" in ledger_kwargs:
       raise FedJaxDpError("MultiReleaseLedger takes truncations={release name: "
@@ -241,14 +156,14 @@ class MultiReleaseLedger:
     self._ledgers = ledgers
     self._groups = groups
     first = ledgers[names[0]].to_dict()
-    self._delta = first["delta"]
+    self._delta: float = first["delta"]
     self._pld_interval = _check_pld_interval(first["pld_value_discretization_interval"])
     self._privacy_unit = first["privacy_unit"]
     self._relation_text = neighboring_relation(first["sampler"], first["privacy_unit"],
                                                first["relation"])[1]
     self._version = 0
     self._history: Dict[float, List[float]] = {}
-    self._pld_results: Dict[Tuple[float, int], float] = {}
+    self._pld_results: Dict[Tuple[Tuple[str, ...], float, int], float] = {}
 
   # -- properties ------------------------------------------------------------
 
@@ -320,7 +235,7 @@ class MultiReleaseLedger:
     Raises:
       FedJaxDpError: an unknown or empty group.
     """
-    names = _group_names(group, self._names)
+    names = group_names(group, self._names)
     return dp_accounting.ComposedDpEvent([self._ledgers[n].dp_event() for n in names])
 
   def supports(self, accountant: str) -> bool:
@@ -328,6 +243,12 @@ class MultiReleaseLedger:
     it; PLD has no sampling without replacement)."""
     check_choice("accountant", accountant, ACCOUNTANTS)
     return all(l.supports(accountant) for l in self._ledgers.values())
+
+  def unit_epsilons(self, accountant: str = "rdp") -> None:
+    """None: one protected unit's composition (`Ledger`; `group_epsilons` and
+    `release_epsilons` split it)."""
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    return None
 
   # -- recording -------------------------------------------------------------
 
@@ -365,27 +286,45 @@ class MultiReleaseLedger:
       raise
     self._version += 1
 
+  @overload
+  def record(self, report: PrivacyReport, /) -> np.ndarray: ...
+
+  @overload
   def record(self, noise_multipliers: Mapping[str, Any], sampling_rates: Mapping[str, Any],
-             dp_steps: Mapping[str, Any], count: int = 1) -> None:
-    """Records ``count`` identical rounds of every release.
+             dp_steps: Mapping[str, Any], count: int = 1) -> None: ...
+
+  def record(self, noise_multipliers: Any, sampling_rates: Any = None,
+             dp_steps: Any = None, count: int = 1) -> Optional[np.ndarray]:
+    """``record(report)``, the `Ledger` hook: composes a `PrivacyReport` with
+    ``releases`` (`record_many` of their fields; no per-client noise multipliers) and
+    returns float64 ``[R]``, the epsilon after each round (`epsilon_history`).
+    ``record(zs, qs, steps, count=1)``: records ``count`` identical rounds of every
+    release, returns None.
 
     Args:
-      noise_multipliers: ``{name: z >= 0}`` (noise std / L2 sensitivity under the
-        ledger's relation), one entry per release.
-      sampling_rates: ``{name: q in (0, 1]}``.
+      noise_multipliers: a `PrivacyReport`, or ``{name: z >= 0}`` (noise std / L2
+        sensitivity under the ledger's relation), one entry per release.
+      sampling_rates: ``{name: q in (0, 1]}`` (not with a report).
       dp_steps: ``{name: int >= 1}`` noisy releases of that kind in the round.
       count: number of identical rounds (int >= 1).
 
     Raises:
-      FedJaxDpError: a dict not keyed by exactly the release names (naming the
+      FedJaxDpError: a report without releases (naming the ledger to use,
+        `check_report`), a dict not keyed by exactly the release names (naming the
         argument), or any value out of range (naming the release and the argument).
         Nothing is recorded on error.
     """
+    if sampling_rates is None:
+      report = check_report(noise_multipliers, "MultiReleaseLedger",
+                            release_names=self._names)
+      return self.record_many(*({n: v[f] for n, v in report.releases.items()}
+                                for f in RELEASE_REPORT_FIELDS))
     zs = self._by_release("noise_multipliers", noise_multipliers)
     qs = self._by_release("sampling_rates", sampling_rates)
     ss = self._by_release("dp_steps", dp_steps)
     count = check_int("count", count, minimum=1)
     self._transaction(lambda l, n: l.record(zs[n], qs[n], ss[n], count))
+    return None
 
   def record_many(self, noise_multipliers: Mapping[str, Any],
                   sampling_rates: Mapping[str, Any],
@@ -422,7 +361,7 @@ class MultiReleaseLedger:
                           f"{ {n: s[0] for n, s in shapes.items()} }.",
                           option="noise_multipliers")
     start = self.num_rounds
-    self._transaction(lambda l, n: l.record_many(zs[n], qs[n], ss[n]))
+    self._transaction(lambda l, n: l.record(PrivacyReport(zs[n], qs[n], ss[n])))
     return self.epsilon_history(start=start)
 
   # -- truncation ------------------------------------------------------------
@@ -456,12 +395,13 @@ class MultiReleaseLedger:
     if group is None:
       group = self.worst_group()
     total = np.zeros(len(self.orders), dtype=np.float64)
-    for n in _group_names(group, self._names):
+    for n in group_names(group, self._names):
       total += self._ledgers[n].rdp()
     return total
 
   def _rdp_epsilon_of(self, group: Tuple[str, ...], delta: float) -> float:
-    eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, self.rdp(group), delta)
+    eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, cast(Any, self.rdp(group)),
+                                                    delta)
     return float(eps)
 
   def epsilon_history(self, delta: Optional[float] = None, start: int = 0) -> np.ndarray:
@@ -493,7 +433,7 @@ class MultiReleaseLedger:
         for n in group:
           rows += per_release[n]
         for i, row in enumerate(rows):
-          eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, row, delta)
+          eps, _ = rdp_privacy_accountant.compute_epsilon(self.orders, cast(Any, row), delta)
           worst[i] = max(worst[i], float(eps))
       hist.extend(float(e) for e in worst)
     return np.asarray(hist[start:self.num_rounds], dtype=np.float64)
@@ -608,7 +548,7 @@ class MultiReleaseLedger:
         state.get("version") != _VERSION:
       raise FedJaxDpError(f"state must come from MultiReleaseLedger.to_dict() (format "
                           f"{_FORMAT!r}, version {_VERSION}).", option="state")
-    names = _check_names(state.get("release_names"))
+    names = check_names(state.get("release_names"))
     groups = check_groups(state.get("groups"), names)
     dicts = state.get("ledgers")
     if not isinstance(dicts, dict) or set(dicts) != set(names):

@@ -21,6 +21,7 @@ import numpy as np
 
 from fedjax_dp.privacy.accountants import ACCOUNTANTS
 from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport, check_report
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
 
 _FORMAT = "fedjax_dp.PerClientLedger"
@@ -30,11 +31,16 @@ _VERSION = 1
 class PerClientLedger:
   """Per-client composition of per-round events (groups of identical trajectories).
 
+  Implements `fedjax_dp.privacy.ledger_protocol.Ledger`: `record` composes reports with
+  ``client_noise_multipliers`` ``[R, N]`` (or without: every client at the round's z),
+  `epsilon` is the worst client's, `unit_epsilons` every client's.
+
   Example::
 
     ledger = PerClientLedger(num_clients=100, delta=1e-5)
-    worst = ledger.record_many(z_block, q_block, steps_block)  # z_block [L, 100]
-    eps = ledger.epsilons()                                    # float64 [100]
+    worst = ledger.record(PrivacyReport(z_min, q_block, steps_block,
+                                        client_noise_multipliers=z_block))  # [L, 100]
+    eps = ledger.unit_epsilons()                                # float64 [100]
   """
 
   def __init__(self, num_clients: int, delta: float, **ledger_kwargs: Any):
@@ -77,6 +83,23 @@ class PerClientLedger:
     client = check_int("client", client, minimum=0, maximum=self._n - 1)
     return self._ledgers[int(self._group_of[client])]
 
+  def record(self, report: PrivacyReport, /) -> np.ndarray:
+    """The `Ledger` hook: `record_many` of the report's per-client noise multipliers
+    (``[R, N]``; without them, the round's ``noise_multiplier`` for every client), rates
+    and steps.
+
+    Returns:
+      float64 ``[R]``: the largest RDP epsilon over clients after each round.
+
+    Raises:
+      FedJaxDpError: a report with several releases per round (`check_report`), or
+        what `record_many` raises (nothing is recorded).
+    """
+    report = check_report(report, "PerClientLedger", per_client="optional")
+    z = (report.noise_multiplier if report.client_noise_multipliers is None
+         else report.client_noise_multipliers)
+    return self.record_many(z, report.sampling_rate, report.dp_steps)
+
   def record_many(self, noise_multipliers: Any, sampling_rates: Any,
                   dp_steps: Any = 1) -> np.ndarray:
     """Records L rounds for every client and returns the worst client's epsilon history.
@@ -112,7 +135,7 @@ class PerClientLedger:
     for g in range(uniq.shape[0]):
       old = self._ledgers[int(self._group_of[first[g]])]
       trial = copy.deepcopy(old)
-      trial.record_many(z[:, first[g]], q, steps)  # validates before anything changes
+      trial.record(PrivacyReport(z[:, first[g]], q, steps))  # a copy: raises first
       ledgers.append(trial)
     self._ledgers, self._group_of = ledgers, new_group_of.astype(np.int64)
     hist = np.stack([l.epsilon_history(start=l.num_rounds - length) for l in ledgers])
@@ -123,6 +146,24 @@ class PerClientLedger:
     check_choice("accountant", accountant, ACCOUNTANTS)
     per_group = np.array([l.epsilon(delta, accountant) for l in self._ledgers])
     return per_group[self._group_of]
+
+  def unit_epsilons(self, accountant: str = "rdp") -> np.ndarray:
+    """float64 ``[N]``: every client's epsilon at the ledger's delta (`epsilons`)."""
+    return self.epsilons(accountant=accountant)
+
+  def epsilon(self, delta: Optional[float] = None, accountant: str = "rdp") -> float:
+    """The run's guarantee: the worst client's epsilon (`worst_epsilon`)."""
+    return self.worst_epsilon(delta, accountant)
+
+  def supports(self, accountant: str) -> bool:
+    """Whether ``epsilon(accountant=...)`` is available (every group's ledger must
+    support it).
+
+    Raises:
+      FedJaxDpError: an unknown accountant.
+    """
+    check_choice("accountant", accountant, ACCOUNTANTS)
+    return all(l.supports(accountant) for l in self._ledgers)
 
   def worst_client(self, delta: Optional[float] = None, accountant: str = "rdp") -> int:
     """The (smallest) id of a client with the largest epsilon."""

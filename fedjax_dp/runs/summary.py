@@ -7,20 +7,33 @@ sweep (`fedjax_dp.runs.sweep`), which write one summary per configuration."""
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple, Union
 
 import jax
 import numpy as np
 
-from fedjax_dp.algorithms.interface import Setup
+from fedjax_dp.algorithms.base import Algorithm, PrivacyStatement
+from fedjax_dp.algorithms.interface import FederatedAlgorithm, Setup
 from fedjax_dp.federated import sharding
+from fedjax_dp.interrupts import RunInterrupted
 from fedjax_dp.privacy import accountants, disclosure
+from fedjax_dp.privacy.ledger_protocol import Ledger
 from fedjax_dp.runs import outputs
 from fedjax_dp.runs import privacy as run_privacy
+from fedjax_dp.runs.config import RunConfig
 from fedjax_dp.validation import FedJaxDpError
 
+if TYPE_CHECKING:  # annotations only (no import at run time)
+  from fedjax_dp.data import FederatedData
 
-def delta_bound(spec, setup: Setup) -> Optional[Dict[str, Any]]:
+__all__ = [
+    "delta_bound", "check_delta_bound", "delta_meaning", "block_rounds",
+    "wall_time_note", "accounting_warnings", "label_summary", "published_summary",
+    "common_summary",
+]
+
+
+def delta_bound(spec: Optional[PrivacyStatement], setup: Setup) -> Optional[Dict[str, Any]]:
   """What a run's delta is measured against: the population of its privacy unit.
 
   (epsilon, delta)-DP with delta >= 1/n over n protected units is met by a mechanism
@@ -47,7 +60,7 @@ def delta_bound(spec, setup: Setup) -> Optional[Dict[str, Any]]:
   """
   if spec is None:
     return None
-  data = setup.data
+  data: FederatedData = setup.data
   counts = np.asarray(data.counts)
   total = int(counts.sum())
   if spec.unit == "user-level":
@@ -141,22 +154,24 @@ def wall_time_note(records: List[Dict[str, Any]]) -> str:
           "divided by its rounds")
 
 
-def accounting_warnings(ledger, spec, delta: float) -> List[str]:
+def accounting_warnings(ledger: Optional[Ledger], spec: Optional[PrivacyStatement],
+                        delta: float) -> List[str]:
   """summary.json's ``accounting_warnings``: plain sentences on what could change the
   run's RDP epsilon (the worst client's with per-client accounting), e.g. RDP orders
   dp-accounting had to exclude next to the order attaining it
   (`fedjax_dp.privacy.accountants.excluded_orders_note`); [] when nothing does (and
-  for a non-private run). The command line prints them once, after the run."""
+  for a non-private run). The command line prints them once, after the run. The ledger
+  read is the spec's ``guarantee_ledger`` (the worst client's for a per-client spec)."""
   if ledger is None or spec is None:
     return []
-  single = ledger.worst_ledger(accountant="rdp") if spec.per_client else ledger
+  single = spec.guarantee_ledger(ledger, accountant="rdp")
   if not getattr(single, "num_rounds", 0):
     return []
   note = accountants.excluded_orders_note(single.orders, single.rdp(), delta)
   return [note] if note else []
 
 
-def label_summary(summary: Dict[str, Any], plugin, data,
+def label_summary(summary: Dict[str, Any], plugin: FederatedAlgorithm, data: FederatedData,
                   final: Dict[str, float]) -> Dict[str, Any]:
   """The summary with its ``summary_disclosure`` table (every field's kind:
   `fedjax_dp.privacy.disclosure.summary_labels_for_run` with the algorithm's
@@ -174,7 +189,7 @@ def label_summary(summary: Dict[str, Any], plugin, data,
   return dict(summary, summary_disclosure=table)
 
 
-def published_summary(summary: Dict[str, Any], cfg) -> Dict[str, Any]:
+def published_summary(summary: Dict[str, Any], cfg: RunConfig) -> Dict[str, Any]:
   """What summary.json and the trackers get: the labelled summary, without its
   diagnostic fields under ``--dp-metrics-only`` (the returned `RunResult` keeps them)."""
   if not cfg.dp_metrics_only:
@@ -182,10 +197,19 @@ def published_summary(summary: Dict[str, Any], cfg) -> Dict[str, Any]:
   return disclosure.released_summary(summary, summary["summary_disclosure"])
 
 
-def common_summary(cfg, setup, alg, z, ledger, records, written, final, labels, planned,
-             guarded, interrupted, wall) -> Dict[str, Any]:
-  """summary.json's fields common to every algorithm."""
-  data, spec = setup.data, alg.privacy
+def common_summary(cfg: RunConfig, setup: Setup, alg: Algorithm,
+                   z: Optional[Union[float, np.ndarray]], ledger: Optional[Ledger],
+                   records: List[Dict[str, Any]], written: List[Dict[str, Any]],
+                   final: Dict[str, float], labels: Dict[str, Tuple[str, str]], planned: int,
+                   guarded: bool, interrupted: Optional[RunInterrupted], wall: float
+                   ) -> Dict[str, Any]:
+  """summary.json's fields common to every algorithm: of the run ``cfg`` (its
+  ``setup``, algorithm ``alg``, noise multiplier ``z`` and ``ledger``), its records
+  (0-based ``round``) and ``written`` (what checkpoints keep), the ``final``
+  evaluation, the records' disclosure ``labels``, the rounds ``planned`` (the budget
+  guard's, ``guarded``), the signal that ``interrupted`` it and its ``wall`` time (s)."""
+  data: FederatedData = setup.data
+  spec = alg.privacy
   eps_rdp = run_privacy.ledger_epsilon(ledger, "rdp")
   eps_pld = run_privacy.ledger_epsilon(ledger, "pld")
   eps = eps_pld if cfg.accountant == "pld" else eps_rdp

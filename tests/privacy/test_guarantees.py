@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from fedjax_dp.algorithms import amplitude_varying as av
-from fedjax_dp.algorithms import dp_fedavg, dp_fedavg_record_level
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg, dp_fedavg_record_level
 from fedjax_dp.auditing import population, stored_update_client
 from fedjax_dp.federated import PopulationData, constant_schedule, run_rounds
 from fedjax_dp.federated.client import ClientHParams, make_client_update

@@ -1,5 +1,5 @@
 """Tests of several DP releases per round: `fedjax_dp.privacy.multi_release`,
-`PrivacySpec.releases`, `PrivacyLedger.rdp_history` and the run helpers
+`MultiReleaseSpec.releases`, `PrivacyLedger.rdp_history` and the run helpers
 (`fedjax_dp.runs.privacy`) and disclosure labels for releases.
 
 Reference values come from dp_accounting's own accountants composing events built here
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from fedjax_dp.algorithms.base import PrivacySpec, Release
+from fedjax_dp.algorithms.base import MultiReleaseSpec, PrivacySpec, Release
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.events import Truncation
 from fedjax_dp.privacy.ledger import PrivacyLedger
@@ -266,16 +266,16 @@ def test_empty_ledger_and_pld_support():
 
 
 # --------------------------------------------------------------------------
-# PrivacySpec with releases
+# MultiReleaseSpec (several releases per round)
 # --------------------------------------------------------------------------
 
 
 def maml_spec(**kw):
-  return PrivacySpec(unit="record-level", relation="add_remove", sampler="poisson",
-                     releases=(Release("inner", RATES["inner"], STEPS["inner"],
-                                       truncation=Truncation(200, 40, 3)),
-                               Release("outer", RATES["outer"], STEPS["outer"],
-                                       event_scale=0.5)), **kw)
+  return MultiReleaseSpec(unit="record-level", relation="add_remove", sampler="poisson",
+                          releases=(Release("inner", RATES["inner"], STEPS["inner"],
+                                            truncation=Truncation(200, 40, 3)),
+                                    Release("outer", RATES["outer"], STEPS["outer"],
+                                            event_scale=0.5)), **kw)
 
 
 def test_spec_round_event_and_ledger():
@@ -320,12 +320,12 @@ def test_spec_with_releases_refuses_single_release_fields(kwargs, match):
 def test_spec_and_release_validation():
   base = dict(unit="record-level", relation="add_remove", sampler="poisson")
   with pytest.raises(FedJaxDpError, match="distinct"):
-    PrivacySpec(**base, releases=(Release("a", 0.1, 1), Release("a", 0.2, 1)))
+    MultiReleaseSpec(**base, releases=(Release("a", 0.1, 1), Release("a", 0.2, 1)))
   with pytest.raises(FedJaxDpError, match="at least one"):
-    PrivacySpec(**base, releases=())
+    MultiReleaseSpec(**base, releases=())
   with pytest.raises(FedJaxDpError, match="Release"):
-    PrivacySpec(**base, releases=(("a", 0.1, 1),))
-  assert PrivacySpec(**base, releases=[Release("a", 0.1, 1)]).releases == (
+    MultiReleaseSpec(**base, releases=(("a", 0.1, 1),))
+  assert MultiReleaseSpec(**base, releases=[Release("a", 0.1, 1)]).releases == (
       Release("a", 0.1, 1),)
   for args, match in [(("Inner", 0.1, 1), "Release.name"), (("1a", 0.1, 1), "Release.name"),
                       (("a", 0.0, 1), "Release.sampling_rate"),

@@ -1,5 +1,5 @@
-"""Paper 003's privacy statement: a `PrivacySpec` whose releases a record influences
-only in part (issue 30, F8).
+"""Paper 003's privacy statement: a `MultiReleaseSpec` whose releases a record
+influences only in part (issue 30, F8).
 
 RDP-PFL (Wei et al., IEEE TIFS 2023) makes two releases per local epoch: the inner step
 on the query set and the outer step on the support set (eqs. 6-11). Each source
@@ -9,18 +9,19 @@ a record can influence only the releases of its role (`meta.release_groups`): it
 guarantee is the composition of those releases alone, and the run's epsilon is the
 largest over the roles a record can hold. `GroupedPrivacySpec` carries these groups:
 
-* `GroupedPrivacySpec.make_ledger` builds a
+* `GroupedPrivacySpec.make_ledger` (`MultiReleaseSpec`'s, with `groups`) builds a
   `fedjax_dp.privacy.multi_release.MultiReleaseLedger` with ``groups`` (the run's
   ledger, its budget guard and a resumed run's ledger all come from here);
 * `GroupedPrivacySpec.calibration_events` (`group_events_of_run`): each group's event;
   calibration to a target epsilon takes the largest z over them
-  (`PrivacySpec.calibration_events`), exact whatever the groups;
+  (`PrivacyStatement.calibration_events`), exact whatever the groups;
 * `GroupedPrivacySpec.round_event` (the planned event of one round) is the event of the
   group that dominates every other one (`dominating_group`), whose epsilon is the
   largest for every accountant and delta; without one, the composition of every
   release (an upper bound on every group's).
 
-Only RDP-PFL has such groups, so the subclass lives here rather than in `PrivacySpec`.
+Only RDP-PFL has such groups, so the subclass lives here rather than in
+`fedjax_dp.algorithms.privacy_spec`.
 """
 
 from __future__ import annotations
@@ -30,59 +31,43 @@ from typing import Optional, Tuple
 
 import dp_accounting
 
-from fedjax_dp.algorithms.base import PrivacySpec
-from fedjax_dp.privacy.multi_release import MultiReleaseLedger, check_groups
-from fedjax_dp.validation import FedJaxDpError
+from fedjax_dp.algorithms.base import MultiReleaseSpec
+from fedjax_dp.privacy.multi_release import check_groups
 
 
-@dataclasses.dataclass(frozen=True)
-class GroupedPrivacySpec(PrivacySpec):
-  """A `PrivacySpec` with ``releases`` whose records each influence only some of them.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupedPrivacySpec(MultiReleaseSpec):
+  """A `MultiReleaseSpec` whose records each influence only some of the releases.
 
-  Attributes:
-    release_groups: None (every record may influence every release: `PrivacySpec`'s
-      composition of everything) or a tuple of tuples of release names, each the
-      releases one record can influence in one of the positions it can hold
-      (`fedjax_dp.privacy.multi_release.check_groups`: they must cover every release).
+  Attributes (besides `MultiReleaseSpec`'s):
+    release_groups: None (every record may influence every release:
+      `MultiReleaseSpec`'s composition of everything) or a tuple of tuples of release
+      names, each the releases one record can influence in one of the positions it can
+      hold (`fedjax_dp.privacy.multi_release.check_groups`: they must cover every
+      release).
 
   Raises:
-    FedJaxDpError: on construction, groups without ``releases`` or invalid groups.
+    FedJaxDpError: on construction, as `MultiReleaseSpec`, or invalid groups.
   """
   release_groups: Optional[Tuple[Tuple[str, ...], ...]] = None
 
   def __post_init__(self):
     super().__post_init__()
     if self.release_groups is not None:
-      if self.releases is None:
-        raise FedJaxDpError("release_groups needs releases (they group release names).",
-                            option="release_groups")
       object.__setattr__(self, "release_groups",
-                         check_groups(self.release_groups, self.release_names or ()))
+                         check_groups(self.release_groups, self.release_names))
 
   @property
   def groups(self) -> Tuple[Tuple[str, ...], ...]:
-    """The groups (``(release_names,)`` when ``release_groups`` is None)."""
-    return check_groups(self.release_groups, self.release_names or ())
-
-  def make_ledger(self, delta: float):
-    """A `MultiReleaseLedger` of the releases, each with its own truncation, composed
-    per group (its epsilon: the largest group's)."""
-    kwargs = self.ledger_kwargs()
-    del kwargs["truncation"]
-    releases = self.releases or ()
-    return MultiReleaseLedger(self.release_names or (), delta,
-                              truncations={r.name: r.truncation for r in releases},
-                              groups=self.groups, **kwargs)
-
-  def _release_events(self, noise_multiplier: float, group):
-    by_name = {r.name: r for r in self.releases or ()}
-    return [by_name[n].dp_event(noise_multiplier, self.sampler, self.population_size,
-                                self.cohort_size, self.observation) for n in group]
+    """The groups (``(release_names,)`` when ``release_groups`` is None); the ledger
+    (`MultiReleaseSpec.make_ledger`) composes per group, its epsilon the largest
+    group's."""
+    return check_groups(self.release_groups, self.release_names)
 
   def group_round_events(self, noise_multiplier: float) -> Tuple[dp_accounting.DpEvent, ...]:
     """Each group's event of one round at noise-multiplier hyper-parameter
     ``noise_multiplier`` (its releases' `Release.dp_event`, composed)."""
-    return tuple(dp_accounting.ComposedDpEvent(self._release_events(noise_multiplier, g))
+    return tuple(dp_accounting.ComposedDpEvent(self.release_events(noise_multiplier, g))
                  for g in self.groups)
 
   def group_events_of_run(self, noise_multiplier: float, rounds: int
@@ -110,13 +95,13 @@ class GroupedPrivacySpec(PrivacySpec):
     at rate 0). A group holding every release dominates every group. Anything else is
     not decided (None)."""
     groups = self.groups
-    everything = set(self.release_names or ())
+    everything = set(self.release_names)
     for g in groups:
       if set(g) == everything:
         return g
     if self.sampler != "poisson" or any(len(g) != 1 for g in groups):
       return None
-    by_name = {r.name: r for r in self.releases or ()}
+    by_name = {r.name: r for r in self.releases}
 
     def dominates(a, b):
       return (a.event_scale <= b.event_scale and a.sampling_rate >= b.sampling_rate
@@ -132,4 +117,4 @@ class GroupedPrivacySpec(PrivacySpec):
     `dominating_group`'s releases composed (the run's epsilon exactly), or, without
     one, every release composed (an upper bound on every group's)."""
     group = self.dominating_group() or self.release_names
-    return dp_accounting.ComposedDpEvent(self._release_events(noise_multiplier, group))
+    return dp_accounting.ComposedDpEvent(self.release_events(noise_multiplier, group))

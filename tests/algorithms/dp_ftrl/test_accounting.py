@@ -15,6 +15,7 @@ from fedjax_dp.algorithms.dp_ftrl import accounting as acc
 from fedjax_dp.algorithms.dp_ftrl.noise import BandedNoise
 from fedjax_dp.algorithms.dp_ftrl.participation import CyclicSampler
 from fedjax_dp.privacy import calibration
+from fedjax_dp.privacy.correlated_ledger import CorrelatedNoiseLedger
 from fedjax_dp.validation import FedJaxDpError
 
 DELTA = 1e-5
@@ -141,7 +142,7 @@ def test_banded_refuses_more_rounds_than_c():
 
 
 def _tree_ledger():
-  return acc.CorrelatedNoiseLedger(DELTA, lambda z, r: acc.tree_run_event(z, r, 8), "tree")
+  return CorrelatedNoiseLedger(DELTA, lambda z, r: acc.tree_run_event(z, r, 8), "tree")
 
 
 def test_ledger_history_non_decreasing_and_ends_at_the_run_event():
@@ -187,7 +188,7 @@ def test_ledger_pld_and_rdp():
   assert 0 < pld <= rdp + 1e-9
   noise = BandedNoise.create(24, 3, "sqrt")
   sampler = CyclicSampler.create(60, 3, group_rate=0.5)
-  banded = acc.CorrelatedNoiseLedger(
+  banded = CorrelatedNoiseLedger(
       DELTA, lambda z, r: acc.banded_run_event(z, r, noise, sampler), "banded",
       pld_value_discretization_interval=1e-3)
   banded.record(1.0, sampler.sampling_rate, count=24)
@@ -200,11 +201,11 @@ def test_ledger_round_trip_and_empty():
   ledger = _tree_ledger()
   assert ledger.epsilon() == 0.0 and ledger.epsilon(accountant="pld") == 0.0
   ledger.record(0.7, 0.2, count=9)
-  back = acc.CorrelatedNoiseLedger.from_dict(
+  back = CorrelatedNoiseLedger.from_dict(
       ledger.to_dict(), lambda z, r: acc.tree_run_event(z, r, 8))
   assert back.epsilon() == ledger.epsilon() and back.num_rounds == 9
   with pytest.raises(FedJaxDpError):
-    acc.CorrelatedNoiseLedger.from_dict({"format": "x"}, lambda z, r: None)
+    CorrelatedNoiseLedger.from_dict({"format": "x"}, lambda z, r: None)
   zero = _tree_ledger()
   zero.record(0.0, 0.2)
   assert zero.epsilon() == math.inf

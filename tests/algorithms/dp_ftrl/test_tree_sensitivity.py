@@ -23,6 +23,7 @@ from fedjax_dp.algorithms.dp_ftrl import accounting as acc
 from fedjax_dp.algorithms.dp_ftrl.algorithm import dp_ftrl, run_sensitivity_squared
 from fedjax_dp.algorithms.dp_ftrl.noise import TreeNoise, standard_normal_like
 from fedjax_dp.models import create_model
+from fedjax_dp.privacy.correlated_ledger import CorrelatedNoiseLedger
 from fedjax_dp.validation import FedJaxDpError
 
 REL = dp_accounting.NeighboringRelation
@@ -175,7 +176,7 @@ def test_run_event_ledger_and_algorithm_use_the_exact_value():
       dp_accounting.GaussianDpEvent(z / 2.0)).get_epsilon(delta)
   pld = dp_pld.PLDAccountant(REL.ADD_OR_REMOVE_ONE, 1e-4).compose(
       dp_accounting.GaussianDpEvent(z / 2.0)).get_epsilon(delta)
-  ledger = acc.CorrelatedNoiseLedger(
+  ledger = CorrelatedNoiseLedger(
       delta, lambda zz, r: acc.tree_run_event(zz, r, 3, cycle_length=4), "tree")
   eps = ledger.record_many(np.full(rounds, z), 0.25)
   assert eps[-1] == pytest.approx(rdp, rel=1e-9)
