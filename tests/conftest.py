@@ -49,3 +49,20 @@ def synthetic_fd():
 def make_fd():
   """Factory for other synthetic datasets: ``make_fd(num_clients=..., seed=...)``."""
   return make_synthetic_data
+
+
+@pytest.fixture(scope="session")
+def audit_report():
+  """``audit_report(target_name, brk="none")``: the canary audit of a registered
+  algorithm's target (`fedjax_dp.algorithms.audit_targets.target`) as ``fedjax-dp audit``
+  and CI run it: 20,000 scored repetitions per world, 10,000 to fix the test, seed 0.
+  Setups that differ only in their claim share one simulation for the whole session
+  (`fedjax_dp.auditing.Setup.simulation_key`)."""
+  from fedjax_dp import auditing
+  from fedjax_dp.algorithms import audit_targets
+  cache = {}
+
+  def report(name, brk="none"):
+    return auditing.run(audit_targets.target(name).build(brk), repetitions=20000,
+                        calibration=10000, key=jax.random.key(0), cache=cache)
+  return report

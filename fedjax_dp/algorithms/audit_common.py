@@ -1,9 +1,9 @@
 """What every canary-audit target shares: the `Target` record, the delta of every claim,
-the common deliberate breaks, and the helpers that build claims, schedules and the
-declared observation (`observed`). The targets themselves live with their algorithms
-(`fedjax_dp.algorithms.audit_targets` for DP-FedAvg and papers 000 and 004,
-``fedjax_dp/algorithms/<name>/audit.py`` for the others) and are collected by
-`fedjax_dp.algorithms.audit_targets`."""
+the common deliberate breaks, and the helpers that build claims, schedules, worlds and
+the declared observation (`declared_observation`). The targets themselves live with
+their algorithms (``fedjax_dp/algorithms/<name>/audit.py``), are returned by each
+plug-in's `fedjax_dp.algorithms.interface.FederatedAlgorithm.audit_targets` and are
+collected from the registry by `fedjax_dp.algorithms.audit_targets`."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.auditing import Setup, ledger_claim, upload_observer
+from fedjax_dp.auditing import Setup, ledger_claim, population, upload_observer
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy import accountants
 from fedjax_dp.validation import FedJaxDpError
@@ -128,3 +128,56 @@ def rescale(metrics, factor: float):
   the enforced one; or the configured noise when the round added half of it)."""
   z = np.asarray(metrics["noise_multiplier"], np.float64)
   return dict(metrics, noise_multiplier=z * factor)
+
+
+def paper_worlds(n_per_client: int, clients: int):
+  """Replace-one worlds of the model-upload papers (000, 004): the canary client's first
+  example (huge features) has label 0 ("in") or 1 ("out"): unclipped gradients push its
+  model to opposite ends of the parameter ball; the other examples are zero.
+
+  Returns:
+    ``(data_out, data_in)``: host `PopulationData` of ``clients`` clients, ``[clients,
+    n_per_client, FEATURES]`` features each.
+  """
+  x = np.zeros((clients, n_per_client, FEATURES), np.float32)
+  x[-1, 0, 0] = 1000.0
+  y_in = np.zeros((clients, n_per_client), np.int32)
+  y_out = y_in.copy()
+  y_out[-1, 0] = 1
+  return population(x, labels=y_out), population(x, labels=y_in)
+
+
+def poisson_canary_setup(build: Callable, brk: str, rounds: int, z: float, q: float,
+                         others: int, description: str, observe: Callable = None) -> Setup:
+  """The two worlds of a user-level algorithm with central noise and Poisson cohorts
+  under add/remove of a canary user whose upload is 10x the clip norm C = 1 in one
+  coordinate (stored in its data row, `fedjax_dp.auditing.stored_update_client`), the
+  other ``others`` users uploading zeros. ``build(data, client_update, **extra) ->
+  Algorithm`` builds the audited algorithm with the crafted client; the "out" world
+  keeps the "in" world's public denominator. Breaks: the common ones (``noise-half``
+  runs half the configured z and claims the configured z).
+
+  Args:
+    observe: what the server observes of a round (`fedjax_dp.auditing.Setup.observe`),
+      None for the model change.
+  """
+  from fedjax_dp.auditing import stored_update_client
+  params = audit_model().init(jax.random.key(0))
+  client = stored_update_client(params)
+  u = canary_vector(1.0)
+  data_out = population(np.zeros((others, FEATURES * 3), np.float32))
+  rows_in = np.zeros((others + 1, FEATURES * 3), np.float32)
+  rows_in[-1, :u.size] = u
+  data_in = population(rows_in)
+  alg_in = build(data_in, client)
+  alg_out = build(data_out, client, population_weight=float(data_in.num_clients))
+  hp, claim = alg_in.hparams, ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA))
+  if brk == "noise-half":
+    hp = hp._replace(noise_multiplier=np.float32(0.5 * z))
+    claim = planned_claim(spec_of(alg_in), z, rounds)
+  elif brk != "none":
+    raise FedJaxDpError(f"break must be one of {sorted(COMMON_BREAKS)}, got {brk!r}.")
+  state = alg_in.init(jax.random.key(1))
+  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
+               schedule(hp, rounds), q, claim, DELTA, description=description,
+               observe=observe, **declared_observation(spec_of(alg_in)))

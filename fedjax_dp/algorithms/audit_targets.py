@@ -1,456 +1,102 @@
-"""Canary-audit targets of every shipped mechanism, and the deliberate breaks that re-
-introduce the bugs the audit must catch (``fedjax-dp audit --algorithm NAME
-[--break B]``).
+"""Canary-audit targets of every registered algorithm, collected from the registry
+(``fedjax-dp audit --algorithm NAME [--break B]``): each algorithm's plug-in returns its
+own (`fedjax_dp.algorithms.interface.FederatedAlgorithm.audit_targets`, written in its
+package's ``audit.py``); this module names no algorithm.
 
 Each `Target` builds a `fedjax_dp.auditing.Setup` from the algorithm's own builder
 (its sampler, clipping, local training, noise, server step, reported noise multiplier
 and `PrivacySpec`) on a tiny population with a canary, at a size where a 20,000-
 repetition audit can prove an epsilon above the claim when the noise is half what is
-claimed. The breaks:
-
-* ``noise-half``: the round adds half the noise the run claims (every target);
-* ``noise-off``, ``no-clip``: no noise / no clipping, claim unchanged (DP-FedAvg);
-* ``fixed-size-z``: fixed-size cohorts accounted with ``std / C`` instead of the
-  replace-one ``std / 2C`` (issue 13, 1a);
-* ``min-over-sampled``: per-client noise multipliers reported as the smallest over the
-  clients *sampled* in the round, and rounds without them composed as nothing (1b);
-* ``paper-sensitivity``: papers 000/004 accounted with the paper's assumed sensitivity
-  2C/|D_k|, which unclipped local training does not enforce (1c); paper 002 (DP-MOCHA)
-  with Corollary 2's dual sensitivity s1 = (8 lam + beta) / (beta n_t), which one SDCA
-  step does not enforce; paper 001 (LAPA) with eq. 18's 2C/|D_i|, which eq. 17's
-  clipping of the minibatch mean does not enforce (2C);
-* ``count-denominators``: local DP-SGD divided by the client's own ``q n_k`` and empty
-  clients skipping their steps (1d);
-* ``amplified-claim``: uploads the server attributes to their senders accounted with
-  amplification by sampling (`SampledWithoutReplacementDpEvent`), although the sender's
-  participation is visible (issue 30, F1);
-* ``exact-label-statistics``: LAPA's aggregation weights from the devices' exact label
-  distributions, claimed as covered (issue 30, F2).
+claimed. Every target offers the common breaks (`COMMON_BREAKS`: ``none``, the shipped
+code; ``noise-half``, the round adds half the noise the run claims) and its own, each
+re-introducing a bug the audit must catch (listed by ``fedjax-dp audit --list``), e.g.
+fixed-size cohorts accounted with ``std / C`` instead of ``std / 2C`` (issue 13, 1a),
+per-client noise reported as the smallest over the sampled clients (1b), a paper's
+assumed sensitivity that its local training does not enforce (1c), local DP-SGD divided
+by the client's own ``q n_k`` (1d), attributable uploads accounted with amplification by
+sampling (issue 30, F1), exact label statistics claimed as covered (F2).
 
 Every target observes what its release declares the server observes
 (`fedjax_dp.auditing.Setup.observation`, the algorithm's `PrivacySpec.observation`): the
 model change for an aggregate, the canary client's own upload for attributable uploads
-(`fedjax_dp.auditing.upload_observer`).
+(`fedjax_dp.auditing.upload_observer`). A broken target's claim is what the broken code
+would report; the fixed target's claim is its ledger's epsilon from the metrics its
+rounds report.
 
-A broken target's claim is what the broken code would report; the fixed target's claim
-is its ledger's epsilon from the metrics its rounds report.
+``TARGETS`` (a module attribute computed on access) is `all_targets()`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Dict, List
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-import optax
-
-from fedjax_dp.algorithms import amplitude_varying as av
-from fedjax_dp.algorithms import padpfl as pp
-from fedjax_dp.algorithms.dp_fedavg import dp_fedavg, dp_fedavg_record_level
-from fedjax_dp.auditing import Setup, ledger_claim, population, stored_update_client
-from fedjax_dp.federated import server
-from fedjax_dp.federated.client import DpSgdConfig, make_client_update
-from fedjax_dp.federated.round import RoundConfig, make_round
-from fedjax_dp.federated.sampling import PoissonSampler
-# The shared pieces, re-exported: `Target`, `DELTA`, the common breaks (`fedjax-dp audit`
-# and the tests read them from here).
+from fedjax_dp.algorithms import registry
+# The shared pieces, re-exported: `Target`, `DELTA`, the common breaks (`fedjax-dp audit`,
+# the notebooks and the tests read them from here).
 from fedjax_dp.algorithms.audit_common import (  # noqa: F401
     AMPLIFIED_CLAIM, CLAIM_ONLY_BREAKS, CLASSES, COMMON_BREAKS, DELTA, FEATURES, Target,
-    amplified_claim, audit_model, canary_vector, declared_observation, planned_claim,
-    rescale, schedule, spec_of, zero_params)
-from fedjax_dp.algorithms.dp_ftrl import audit as _dp_ftrl_audit
-from fedjax_dp.algorithms.dp_mocha import audit as _dp_mocha_audit
-from fedjax_dp.algorithms.lapa import audit as _lapa_audit
-from fedjax_dp.algorithms.rdp_pfl import audit as _rdp_pfl_audit
-from fedjax_dp.privacy.ledger import PrivacyLedger
+    amplified_claim, audit_model, canary_vector, declared_observation, paper_worlds,
+    planned_claim, rescale, schedule, spec_of, zero_params)
 from fedjax_dp.validation import FedJaxDpError
 
-# ---------------------------------------------------------------------------
-# DP-FedAvg (user level): crafted updates through the real round.
-# ---------------------------------------------------------------------------
 
-#: Each target's size (tuned so that a 20,000-repetition audit proves more than the claim
-#: when the noise is halved, and less when it is not).
-PARAMS: Dict[str, Dict[str, Any]] = {
-    "dp_fedavg/poisson": dict(rounds=3, q=0.8, z=2.6, others=3),
-    "dp_fedavg/fixed_size": dict(rounds=1, n=10, m=9, z=3.0),
-    "dp_fedavg/fixed_size_everyone": dict(rounds=2, n=3, m=3, z=3.0),
-    "dp_fedavg/local_per_client": dict(rounds=4, q=0.5, z=2.0),
-    "dp_fedavg/local_fixed_size": dict(rounds=1, n=4, m=1, z=2.0),
-    "dp_fedavg/adaptive_clipping": dict(rounds=3, q=0.8, z=2.6, others=3, count_ratio=4.0),
-    "dp_fedavg_record_level": dict(rounds=2, steps=1, z=2.2, record_rate=0.8),
-    "amplitude_varying/paper": dict(epsilon=0.62, clients=1, k=1),
-    "amplitude_varying/clipped_gradients": dict(epsilon=2.5, clients=1, k=1),
-    "amplitude_varying/sampled": dict(epsilon=0.4, clients=8, k=1, rounds=1),
-    "padpfl/paper": dict(epsilon=0.63),
-    "padpfl/clipped_gradients": dict(epsilon=2.5),
-}
+def _targets_of(name: str) -> List[Target]:
+  """``name``'s targets from its plug-in's hook, checked.
+
+  Raises:
+    FedJaxDpError: the hook returned something that is not a sequence of `Target`.
+  """
+  found = list(registry.get(name).audit_targets() or ())
+  bad = [t for t in found if not isinstance(t, Target)]
+  if bad:
+    raise FedJaxDpError(f"{name}'s audit_targets() must return audit_common.Target "
+                        f"records, got {type(bad[0]).__name__}.")
+  return found
 
 
-def _dp_fedavg_setup(brk: str, sampler: str, placement: str, rounds: int, z: float,
-                     q: float = 1.0, others: int = 0, n: int = 0, m: int = 0) -> Setup:
-  model = audit_model()
-  params = model.init(jax.random.key(0))
-  client = stored_update_client(params)
-  clip = 1.0
-  u = canary_vector(clip)
-  size = u.size
-  if sampler == "poisson" and placement == "central":    # add/remove the canary
-    data_out = population(np.zeros((others, FEATURES * 3), np.float32))
-    rows_in = np.zeros((others + 1, FEATURES * 3), np.float32)
-    rows_in[-1, :size] = u
-    data_in = population(rows_in)
-    kw = dict(sampling_rate=q)
-    inclusion = q
-  elif sampler == "fixed_size":                          # replace -u by +u
-    rows_out = np.zeros((n, FEATURES * 3), np.float32)
-    rows_out[-1, :size] = -u
-    rows_in = rows_out.copy()
-    rows_in[-1, :size] = u
-    data_out, data_in = population(rows_out), population(rows_in)
-    kw = dict(clients_per_round=m, sampler="fixed_size", noise_placement=placement)
-    q = inclusion = m / n
-  else:                                                  # local, per-client: zero-out
-    data_out = population(np.zeros((1, FEATURES * 3), np.float32))
-    rows_in = np.zeros((1, FEATURES * 3), np.float32)
-    rows_in[0, :size] = u
-    data_in = population(rows_in)
-    kw = dict(sampling_rate=q, noise_placement="local")
-    inclusion = q
-  z_hp = np.full(data_in.num_clients, z, np.float32) if placement == "local" else z
-
-  canary = data_in.num_clients - 1
-  observed = dict(observed_client=canary) if placement == "local" else {}
-
-  def build(data, **extra):
-    return dp_fedavg(model, data, clip_norm=clip, noise_multiplier=z_hp,
-                     client_update=client, **kw, **observed, **extra)
-
-  alg_in = build(data_in)
-  # The same mechanism runs in both worlds: one compiled round where the populations
-  # have the same size; under add/remove the other world's round keeps the public
-  # constants (the fixed denominator q W).
-  alg_out = (alg_in if data_out.num_clients == data_in.num_clients else
-             build(data_out, population_weight=float(data_in.num_clients)))
-  hp = alg_in.hparams
-  claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA))
-  if brk in ("noise-half", "noise-off"):
-    factor = 0.5 if brk == "noise-half" else 0.0
-    hp = hp._replace(noise_multiplier=np.asarray(z_hp, np.float32) * factor)
-    claim = planned_claim(spec_of(alg_in), z, rounds)
-  elif brk == "no-clip":  # the same noise std z C, but updates are not clipped
-    hp = hp._replace(clip_norm=1e6, noise_stddev=np.float32(z * clip))
-    claim = planned_claim(spec_of(alg_in), z, rounds)
-  elif brk == "fixed-size-z":  # the old report: std / C, not std / (2C)
-    claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA),
-                         transform=lambda m: dict(m, noise_multiplier=2.0 * np.asarray(
-                             m["noise_multiplier"], np.float64)))
-  elif brk == "min-over-sampled":
-    kwargs = dict(spec_of(alg_in).ledger_kwargs(), relation="add_remove",
-                  observation="aggregate")
-    claim = ledger_claim(lambda: PrivacyLedger(DELTA, **kwargs),
-                         transform=lambda m: _min_over_sampled(m, q))
-  elif brk == "amplified-claim":
-    claim = amplified_claim(spec_of(alg_in))
-  state = alg_in.init(jax.random.key(1))
-  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
-               schedule(hp, rounds), inclusion, claim, DELTA,
-               description=f"dp_fedavg, {sampler} cohorts, {placement} noise",
-               **declared_observation(spec_of(alg_in)))
+def all_targets() -> List[Target]:
+  """Every registered algorithm's audit targets, in registration order, each once (an
+  algorithm running another's round, e.g. DP-FedSGD, returns the same targets)."""
+  out: Dict[str, Target] = {}
+  for name in registry.names():
+    for t in _targets_of(name):
+      out.setdefault(t.name, t)
+  return list(out.values())
 
 
-def _dp_fedavg_adaptive_setup(brk: str, rounds: int, z: float, q: float, others: int,
-                              count_ratio: float) -> Setup:
-  """DP-FedAvg with adaptive clipping (Andrew et al. 2021), Poisson cohorts, add/remove
-  the canary user: its update is 10 C_0 (always clipped to the round's C_t, its bit
-  "unclipped" 0), the others' are zero (never clipped). Each round releases the sum
-  (z_Delta) and the count (z_b = ``count_ratio * z``); the claim is the combined z's
-  (the ledger's, from the rounds' reported z), the audit sees the model, i.e. the sums,
-  scaled by the C_t the earlier counts chose. The public constants (the denominator
-  q W and the cohort size m of the count) are the "in" world's in both worlds.
-  ``noise-half``: both releases get half their noise (the combined z halved), the claim
-  is for the configured z."""
-  from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
-  model = audit_model()
-  params = model.init(jax.random.key(0))
-  client = stored_update_client(params)
-  u = canary_vector(1.0)
-  data_out = population(np.zeros((others, FEATURES * 3), np.float32))
-  rows_in = np.zeros((others + 1, FEATURES * 3), np.float32)
-  rows_in[-1, :u.size] = u
-  data_in = population(rows_in)
-  factor = 0.5 if brk == "noise-half" else 1.0
-  adaptive = AdaptiveClipping(initial_clip_norm=1.0,
-                              count_stddev=factor * count_ratio * z * 0.5,  # Delta_b = 1/2
-                              expected_cohort_size=q * data_in.num_clients)
-
-  def build(data, **extra):
-    return dp_fedavg(model, data, noise_multiplier=z, sampling_rate=q,
-                     client_update=client, adaptive_clipping=adaptive, **extra)
-
-  alg_in = build(data_in)
-  alg_out = build(data_out, population_weight=float(data_in.num_clients))
-  hp = alg_in.hparams
-  claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA))
-  if brk == "noise-half":
-    hp = hp._replace(noise_multiplier=np.float32(z * factor))
-    claim = planned_claim(spec_of(alg_in), z, rounds)
-  state = alg_in.init(jax.random.key(1))
-  return Setup(alg_out.round_fn, alg_in.round_fn, data_out, data_in, state,
-               schedule(hp, rounds), q, claim, DELTA,
-               description="dp_fedavg, adaptive clipping, Poisson cohorts, central noise")
-
-
-def _min_over_sampled(metrics, q: float):
-  """The old report of per-client noise: Poisson-amplified events (rate q) with the
-  smallest z over the clients sampled in the round (here the population is the canary
-  alone: its z when sampled, and nothing -- an infinite z, composed as no event -- when
-  the cohort is empty; the old code raised on that)."""
-  z = np.asarray(metrics.pop("client_noise_multipliers"), np.float64)
-  sampled = np.asarray(metrics["num_clients"]) > 0
-  metrics["noise_multiplier"] = np.where(sampled, np.min(z, axis=-1), np.inf)
-  metrics["sampling_rate"] = np.full(sampled.shape, q)
-  return metrics
-
-
-# ---------------------------------------------------------------------------
-# Record level: real local DP-SGD, the canary is one example.
-# ---------------------------------------------------------------------------
-
-
-def _record_level_setup(brk: str, rounds: int, steps: int, z: float,
-                        record_rate: float = 1.0) -> Setup:
-  model = audit_model()
-  c = 1.0
-  x = np.zeros((1, 1, FEATURES), np.float32)
-  x[0, 0, 0] = 5.0                         # per-example gradient 3.5 > C: clipped
-  data_in = population(x, counts=np.array([1]))
-  data_out = population(x, counts=np.array([0]))     # add/remove the canary record
-
-  def build(data):
-    return dp_fedavg_record_level(model, data, record_clip_norm=c, record_noise_multiplier=z,
-                                  record_sampling_rate=record_rate, sampling_rate=1.0,
-                                  local_steps=steps, batch_size=1, client_learning_rate=0.01)
-
-  alg_in = build(data_in)  # both worlds: one client, the same constants and round
-  hp = alg_in.hparams
-  claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA))
-  round_out = round_in = alg_in.round_fn
-  if brk == "noise-half":
-    hp = hp._replace(client=hp.client._replace(record_noise_multiplier=z / 2))
-    claim = planned_claim(spec_of(alg_in), z, rounds)
-  elif brk == "count-denominators":
-    round_out = round_in = _count_denominator_round(model, data_in, z, c, steps)
-  state = zero_params(alg_in.init(jax.random.key(1)))
-  return Setup(round_out, round_in, data_out, data_in, state, schedule(hp, rounds),
-               record_rate, claim, DELTA,
-               description="dp_fedavg_record_level: one record added to an empty client")
-
-
-def _count_denominator_round(model, data, z, c, steps):
-  """The round of the old record-level code: each DP-SGD step divided by the client's own
-  expected batch ``q_r n_k``, an empty client taking no step, uploads weighted by n_k."""
-  cfg = DpSgdConfig.create(data.max_examples, 1.0, local_steps=steps)
-  client = make_client_update(model, optax.sgd(1.0), batch_size=1,
-                              max_examples=data.max_examples, dp_sgd=cfg)
-
-  def old_client(params, x, y, count, key, hp):
-    q = jnp.asarray(hp.record_sampling_rate, jnp.float32)
-    denom = jnp.maximum(q * count.astype(jnp.float32), 1e-12)
-    update, m = client(params, x, y, count, key, hp._replace(record_denominator=denom))
-    return jax.tree_util.tree_map(lambda l: jnp.where(count > 0, l, 0.0), update), m
-
-  config = RoundConfig(clip_updates=False, noise="none", weighting="data_size",
-                       denominator="actual", record_level=True, dp_steps=cfg.num_steps)
-  return make_round(old_client, PoissonSampler.create(data.num_clients, 1.0),
-                    server.server_optimizer("fedavg", 1.0), config)
-
-
-# ---------------------------------------------------------------------------
-# Papers 004 and 000: real local training, the canary is one example.
-# ---------------------------------------------------------------------------
-
-
-def _paper_worlds(n_per_client: int, clients: int):
-  """Replace-one worlds: the canary client's first example (huge features) has label 0
-  ("in") or 1 ("out"): unclipped gradients push its model to opposite ends of the
-  parameter ball; the other examples are zero."""
-  x = np.zeros((clients, n_per_client, FEATURES), np.float32)
-  x[-1, 0, 0] = 1000.0
-  y_in = np.zeros((clients, n_per_client), np.int32)
-  y_out = y_in.copy()
-  y_out[-1, 0] = 1
-  return population(x, labels=y_out), population(x, labels=y_in)
-
-
-def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
-                             k: int, rounds: int = 1) -> Setup:
-  model = audit_model()
-  data_out, data_in = _paper_worlds(n_per_client=4, clients=clients)
-  c, lr = 1.0, 1.0
-  extra: Dict[str, Any] = dict(sensitivity_mode=mode)
-  if mode == "clipped_gradients":
-    extra["grad_clip_norm"] = 0.5
-
-  canary = clients - 1
-
-  def build(data):
-    return av.amplitude_varying(model, data, epsilon=epsilon, delta=DELTA, rounds=rounds,
-                                clients_per_round=k, local_steps=1, learning_rate=lr,
-                                clip_norm=c, observed_client=canary, **extra)
-
-  alg_in = build(data_in)  # replace-one: the same population size, constants and round
-  cfg = alg_in.config
-  stddevs = np.asarray(cfg["stddevs"])
-  claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA))
-  stddevs_sim = stddevs
-  if brk == "noise-half":  # half the noise; the claim is for the configured noise
-    stddevs_sim = stddevs / 2
-    claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA),
-                         transform=lambda m: rescale(m, 2.0))
-  elif brk == "paper-sensitivity":  # the old claim: z = sigma / Delta_s
-    claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA),
-                         transform=lambda m: rescale(
-                             m, cfg["sensitivity"] / cfg["sensitivity_paper"]))
-  elif brk == "amplified-claim":
-    claim = amplified_claim(spec_of(alg_in))
-  state = zero_params(alg_in.init(jax.random.key(1)))
-  return Setup(alg_in.round_fn, alg_in.round_fn, data_out, data_in, state,
-               av.hparams_for(cfg, stddevs_sim), cfg["sampling_rate"], claim, DELTA,
-               description=f"amplitude_varying ({mode}): one example replaced",
-               **declared_observation(spec_of(alg_in)))
-
-
-def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
-  model = audit_model()
-  data_out, data_in = _paper_worlds(n_per_client=4, clients=1)
-  extra: Dict[str, Any] = dict(sensitivity_mode=mode)
-  if mode == "clipped_gradients":
-    extra["grad_clip_norm"] = 0.5
-
-  def build(data):
-    return pp.padpfl(model, data, impact_factors=np.ones(1), epsilon=epsilon, delta=DELTA,
-                     rounds=1, exposures=1, clip_bound=1.0, learning_rate=1.0,
-                     local_steps=1, prox_mu=0.0, observed_client=0, **extra)
-
-  alg_in = build(data_in)  # replace-one: the same population size, constants and round
-  cfg = dict(alg_in.config)
-  claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA))
-  if brk == "noise-half":  # half the noise; the claim is for the configured noise
-    cfg = dict(cfg, sigma_c=[s / 2 for s in cfg["sigma_c"]],
-               sigma_s=[s / 2 for s in cfg["sigma_s"]])
-    claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA),
-                         transform=lambda m: rescale(m, 2.0))
-  elif brk == "paper-sensitivity":
-    claim = ledger_claim(lambda: spec_of(alg_in).make_ledger(DELTA),
-                         transform=lambda m: rescale(
-                             m, cfg["sensitivity"] / cfg["sensitivity_paper"]))
-  state = zero_params(alg_in.init(jax.random.key(1)))
-  return Setup(alg_in.round_fn, alg_in.round_fn, data_out, data_in, state,
-               pp.schedule_hparams(cfg), 1.0, claim, DELTA,
-               description=f"padpfl ({mode}): one example replaced",
-               **declared_observation(spec_of(alg_in)))
-
-
-# ---------------------------------------------------------------------------
-# The registry.
-# ---------------------------------------------------------------------------
-
-def _targets() -> List[Target]:
-  dpf = "user-level, {rel}, {samp}, sensitivity {sens}"
-  return [
-      Target("dp_fedavg/poisson", "dp_fedavg",
-             dpf.format(rel="add/remove", samp="Poisson cohorts", sens="C"),
-             {**COMMON_BREAKS, "noise-off": "no noise, claim unchanged",
-              "no-clip": "updates not clipped, claim unchanged"},
-             lambda b: _dp_fedavg_setup(b, "poisson", "central",
-                                        **PARAMS["dp_fedavg/poisson"])),
-      Target("dp_fedavg/fixed_size", "dp_fedavg",
-             dpf.format(rel="replace-one", samp="fixed-size cohorts", sens="2C"),
-             {**COMMON_BREAKS, "fixed-size-z": "z = std / C instead of std / 2C (1a)"},
-             lambda b: _dp_fedavg_setup(b, "fixed_size", "central",
-                                        **PARAMS["dp_fedavg/fixed_size"])),
-      Target("dp_fedavg/fixed_size_everyone", "dp_fedavg",
-             dpf.format(rel="replace-one", samp="a fixed-size cohort of the whole "
-                        "population (plain Gaussian events)", sens="2C"),
-             {**COMMON_BREAKS, "fixed-size-z": "z = std / C instead of std / 2C (1a)"},
-             lambda b: _dp_fedavg_setup(b, "fixed_size", "central",
-                                        **PARAMS["dp_fedavg/fixed_size_everyone"])),
-      Target("dp_fedavg/local_per_client", "dp_fedavg",
-             dpf.format(rel="zero-out", samp="Poisson cohorts, local noise, a noise "
-                        "multiplier per client", sens="C per upload"),
-             {**COMMON_BREAKS, "min-over-sampled": "each round reports the smallest z of "
-              "the sampled clients (1b)"},
-             lambda b: _dp_fedavg_setup(b, "poisson", "local",
-                                        **PARAMS["dp_fedavg/local_per_client"])),
-      Target("dp_fedavg/local_fixed_size", "dp_fedavg",
-             dpf.format(rel="replace-one", samp="fixed-size cohorts, local noise: each "
-                        "upload seen with its sender (visible participation)",
-                        sens="2C per upload"),
-             {**COMMON_BREAKS, "amplified-claim": AMPLIFIED_CLAIM},
-             lambda b: _dp_fedavg_setup(b, "fixed_size", "local",
-                                        **PARAMS["dp_fedavg/local_fixed_size"])),
-      Target("dp_fedavg/adaptive_clipping", "dp_fedavg",
-             dpf.format(rel="add/remove", samp="Poisson cohorts, adaptive clip norm C_t "
-                        "(Andrew et al. 2021): the sum and the count of unclipped updates "
-                        "(sensitivity 1/2) as one Gaussian of the combined z",
-                        sens="C_t"),
-             dict(COMMON_BREAKS),
-             lambda b: _dp_fedavg_adaptive_setup(b, **PARAMS["dp_fedavg/adaptive_clipping"])),
-      Target("dp_fedavg_record_level", "dp_fedavg_record_level",
-             "record-level, add/remove one record, Poisson examples, sensitivity C_r",
-             {**COMMON_BREAKS, "count-denominators": "steps divided by q n_k, empty "
-              "clients skip their steps, uploads weighted by n_k (1d)"},
-             lambda b: _record_level_setup(b, **PARAMS["dp_fedavg_record_level"])),
-      Target("amplitude_varying/paper", "amplitude_varying",
-             "record-level, replace-one, K of U without replacement, sensitivity 2C",
-             {**COMMON_BREAKS, "paper-sensitivity": "accounted with Delta_s = 2C/|D_k| "
-              "(1c)"},
-             lambda b: _amplitude_varying_setup(b, "paper",
-                                                **PARAMS["amplitude_varying/paper"])),
-      Target("amplitude_varying/clipped_gradients", "amplitude_varying",
-             "record-level, replace-one, K of U without replacement, sensitivity "
-             "clipped_gd_sensitivity", dict(COMMON_BREAKS),
-             lambda b: _amplitude_varying_setup(
-                 b, "clipped_gradients", **PARAMS["amplitude_varying/clipped_gradients"])),
-      Target("amplitude_varying/sampled", "amplitude_varying",
-             "record-level, replace-one, K < U clients without replacement, each model "
-             "upload seen with its sender (visible participation), sensitivity 2C",
-             {**COMMON_BREAKS, "amplified-claim": AMPLIFIED_CLAIM},
-             lambda b: _amplitude_varying_setup(b, "paper",
-                                                **PARAMS["amplitude_varying/sampled"])),
-      Target("padpfl/paper", "padpfl",
-             "record-level, replace-one, every client, sensitivity 2B",
-             {**COMMON_BREAKS, "paper-sensitivity": "accounted with 2B/m_min (1c)"},
-             lambda b: _padpfl_setup(b, "paper", **PARAMS["padpfl/paper"])),
-      Target("padpfl/clipped_gradients", "padpfl",
-             "record-level, replace-one, every client, sensitivity "
-             "clipped_gd_sensitivity", dict(COMMON_BREAKS),
-             lambda b: _padpfl_setup(b, "clipped_gradients",
-                                     **PARAMS["padpfl/clipped_gradients"])),
-  ] + _dp_mocha_audit.targets() + _rdp_pfl_audit.targets() + _lapa_audit.targets() \
-    + _dp_ftrl_audit.targets()
-
-
-#: Every target's size, by name (each algorithm's own `PARAMS` merged).
-PARAMS: Dict[str, Dict[str, Any]] = {**PARAMS, **_rdp_pfl_audit.PARAMS, **_dp_mocha_audit.PARAMS,
-          **_lapa_audit.PARAMS, **_dp_ftrl_audit.PARAMS}
-
-
-TARGETS: List[Target] = _targets()
+def audited() -> List[str]:
+  """The registered algorithms that have audit targets (the private ones)."""
+  return [n for n in registry.names() if _targets_of(n)]
 
 
 def targets_for(algorithm: str) -> List[Target]:
-  """The audit targets of a registered algorithm (dp_fedsgd shares DP-FedAvg's round).
+  """The audit targets of the registered algorithm ``algorithm``.
 
   Raises:
-    FedJaxDpError: an algorithm without targets (e.g. non-private fedavg).
+    FedJaxDpError: an algorithm without targets (non-private, e.g. fedavg, or unknown).
   """
-  name = "dp_fedavg" if algorithm == "dp_fedsgd" else algorithm
-  found = [t for t in TARGETS if t.algorithm == name]
+  found = _targets_of(algorithm) if algorithm in registry.names() else []
   if not found:
     raise FedJaxDpError(f"algorithm {algorithm!r} has no audit targets (it is "
-                        f"non-private or unknown); audited: "
-                        f"{sorted({t.algorithm for t in TARGETS} | {'dp_fedsgd'})}.")
+                        f"non-private or unknown); audited: {sorted(audited())}.")
   return found
+
+
+def target(name: str) -> Target:
+  """The audit target called ``name`` (``algorithm/variant``).
+
+  Raises:
+    FedJaxDpError: no registered algorithm has such a target (listing them).
+  """
+  targets = all_targets()
+  for t in targets:
+    if t.name == name:
+      return t
+  raise FedJaxDpError(f"target must be one of {[t.name for t in targets]}, got {name!r}.")
+
+
+def __getattr__(name: str):
+  """``TARGETS``: `all_targets()`, read from the registry on every access."""
+  if name == "TARGETS":
+    return all_targets()
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -24,6 +24,12 @@ line never name an algorithm; for every run they
   6. write ``summary.json`` with the algorithm's `summary_fields` and print its
      `describe` lines.
 
+Besides runs, three hooks keep everything about an algorithm in its package:
+`FederatedAlgorithm.schedule_bounds` (the allowed values of its own per-round
+hyper-parameter fields, checked with the engine's), `FederatedAlgorithm.audit_targets`
+(its canary audits, ``fedjax-dp audit``) and `FederatedAlgorithm.test_config` (how the
+shared tests run it, `SmokeConfig`).
+
 Compared with FedJAX's ``FederatedAlgorithm(init, apply)`` the compiled part is the
 `Algorithm` bundle (``init``, ``round_fn``); what is added here is what a DP research run
 needs around it: typed options, the privacy statement, host-side control and reporting.
@@ -33,14 +39,18 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, ClassVar, Dict, List, Optional, Sequence, Tuple
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional,
+                    Sequence, Tuple)
 
 import numpy as np
 
 from fedjax_dp.algorithms.base import Algorithm
-from fedjax_dp.federated.driver import constant_schedule
+from fedjax_dp.federated.driver import ScheduleBound, constant_schedule
 from fedjax_dp.federated.round import RoundHParams
 from fedjax_dp.validation import check_choice
+
+if TYPE_CHECKING:  # the audit's types import the auditing stack: only for annotations
+  from fedjax_dp.algorithms.audit_common import Target
 
 
 def choices(options_cls: type, name: str) -> Tuple[Any, ...]:
@@ -203,6 +213,31 @@ class Setup:
 
 
 @dataclasses.dataclass(frozen=True)
+class SmokeConfig:
+  """How the shared algorithm tests (``tests/algorithms/test_algorithms.py``) run an
+  algorithm: 12 rounds of its builder on the shared test task (a linear model on the
+  synthetic population of ``tests/conftest.py``), checking that it learns and that what
+  its rounds report is what its ledger will compose.
+
+  Attributes:
+    kwargs: keyword arguments of the algorithm's builder: ``function(model, data,
+      **kwargs)`` (`FederatedAlgorithm.function`) must return its `Algorithm`.
+    learns: whether it must learn the shared task (False: the task does not fit the
+      algorithm, e.g. one model per device on a binary task; ``why`` says where its own
+      tests check that it learns).
+    why: the reason when ``learns`` is False.
+    check: ``check(alg, records, data) -> None``: the algorithm's own checks of its
+      rounds' records (one dict per round, `fedjax_dp.federated.driver.run_rounds`) for
+      the `Algorithm` ``alg`` on the `FederatedData` ``data``; raises AssertionError. None:
+      none besides the shared ones.
+  """
+  kwargs: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  learns: bool = True
+  why: str = ""
+  check: Optional[Callable[[Algorithm, List[Dict[str, Any]], Any], None]] = None
+
+
+@dataclasses.dataclass(frozen=True)
 class ModelSpec:
   """The model an algorithm trains when ``--model`` is not given: ``name`` None means
   the dataset's default; ``kwargs`` go to `fedjax_dp.models.create_model` (MLP only)."""
@@ -314,6 +349,49 @@ class FederatedAlgorithm:
   def describe(self, summary: Dict[str, Any]) -> List[str]:
     """Extra lines the command line prints under the result (from summary.json)."""
     return []
+
+  def schedule_bounds(self) -> Mapping[str, ScheduleBound]:
+    """The allowed values of the algorithm's own per-round hyper-parameter fields
+    (those of its ``hparams`` that are not `fedjax_dp.federated.round.RoundHParams` or
+    `fedjax_dp.federated.client.ClientHParams` fields, which the engine bounds), by
+    field name: ``{field: fedjax_dp.federated.driver.ScheduleBound}`` (e.g.
+    ``driver.PROBABILITY`` for a sampling rate). The run checks every round's schedule
+    against them with the engine's (`fedjax_dp.federated.driver.check_schedule`), before
+    anything is compiled; a field named nowhere need only be finite. Naming an engine
+    field raises FedJaxDpError there. Default: none."""
+    return {}
+
+  def audit_targets(self) -> Sequence["Target"]:
+    """Its canary-audit targets (`fedjax_dp.algorithms.audit_common.Target`: the
+    mechanism, the deliberate breaks that re-introduce known bugs, the two-world
+    `fedjax_dp.auditing.Setup` of each), which ``fedjax-dp audit --algorithm NAME`` and
+    the audit tests run (`fedjax_dp.algorithms.audit_targets` collects them from the
+    registry). A private algorithm has at least one, each with the breaks ``"none"``
+    and ``"noise-half"``; targets are built only when audited, so import the
+    algorithm's ``audit`` module inside this method. Default: none (non-private)."""
+    return ()
+
+  def test_config(self, model, federated_data) -> Optional[SmokeConfig]:
+    """The configuration of the shared algorithm tests (`SmokeConfig`) for the
+    `fedjax_dp.models.Model` ``model`` on the `fedjax_dp.data.FederatedData`
+    ``federated_data`` (the tests' small synthetic population), or None (default): a
+    registered algorithm without one fails those tests, which ask every algorithm."""
+    return None
+
+  def tiny_run_options(self) -> Optional[Dict[str, Any]]:
+    """A 2-round ``fedjax-dp run`` of this algorithm on the smallest data it takes, as
+    `fedjax_dp.runs.RunConfig` keys (without ``algorithm`` and ``out``; start from
+    `TINY_SYNTHETIC_RUN` where the synthetic data fits): the shared run-level tests
+    (every summary field labelled, ``--dp-metrics-only``) run it. None (default): a
+    registered algorithm without one fails those tests."""
+    return None
+
+
+#: The options of a 2-round run on 12 synthetic clients with a small MLP
+#: (`FederatedAlgorithm.tiny_run_options` starts from it).
+TINY_SYNTHETIC_RUN: Dict[str, Any] = dict(
+    dataset="synthetic", num_clients=12, model="mlp", hidden="8", rounds=2, eval_every=2,
+    delta=1e-3)
 
 
 def _plain(z):

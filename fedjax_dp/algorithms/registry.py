@@ -6,31 +6,33 @@ Adding an algorithm: write its package (a `fedjax_dp.algorithms.interface
 
 from __future__ import annotations
 
+import importlib
 from typing import Dict
 
-from fedjax_dp.algorithms.amplitude_varying.plugin import AmplitudeVarying
-from fedjax_dp.algorithms.dp_fedavg_plugin import DpFedAvg, DpFedAvgRecordLevel, DpFedSgd
-from fedjax_dp.algorithms.dp_ftrl.plugin import DpFtrl
-from fedjax_dp.algorithms.dp_mocha.plugin import DpMocha
-from fedjax_dp.algorithms.fedavg import FedAvg
 from fedjax_dp.algorithms.interface import FederatedAlgorithm
-from fedjax_dp.algorithms.lapa.plugin import Lapa
-from fedjax_dp.algorithms.padpfl.plugin import Padpfl
-from fedjax_dp.algorithms.rdp_pfl.plugin import RdpPfl
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
-REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in (
-    DpFedAvg(),
-    DpFedSgd(),
-    DpFedAvgRecordLevel(),
-    FedAvg(),
-    AmplitudeVarying(),
-    Padpfl(),
-    RdpPfl(),
-    DpMocha(),
-    Lapa(),
-    DpFtrl(),
-)}
+#: The built-in plug-ins, ``"module:Class"``, one line each, in registration order.
+BUILT_IN = (
+    "fedjax_dp.algorithms.dp_fedavg.plugin:DpFedAvg",
+    "fedjax_dp.algorithms.dp_fedavg.plugin:DpFedSgd",
+    "fedjax_dp.algorithms.dp_fedavg.plugin:DpFedAvgRecordLevel",
+    "fedjax_dp.algorithms.dp_fedavg.fedavg:FedAvg",
+    "fedjax_dp.algorithms.amplitude_varying.plugin:AmplitudeVarying",
+    "fedjax_dp.algorithms.padpfl.plugin:Padpfl",
+    "fedjax_dp.algorithms.rdp_pfl.plugin:RdpPfl",
+    "fedjax_dp.algorithms.dp_mocha.plugin:DpMocha",
+    "fedjax_dp.algorithms.lapa.plugin:Lapa",
+    "fedjax_dp.algorithms.dp_ftrl.plugin:DpFtrl",
+)
+
+
+def _load(entry: str) -> FederatedAlgorithm:
+  module, cls = entry.split(":")
+  return getattr(importlib.import_module(module), cls)()
+
+
+REGISTRY: Dict[str, FederatedAlgorithm] = {a.name: a for a in map(_load, BUILT_IN)}
 #: The algorithm of ``fedjax-dp run`` without ``--algorithm`` (the README's main job).
 DEFAULT = "dp_fedavg"
 

@@ -15,6 +15,7 @@ import dataclasses
 from typing import Any, Dict, List, Literal, Optional
 
 from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.validation import FedJaxDpError, check_positive
 
 
@@ -45,8 +46,9 @@ def conditional_epsilon(alg, records: List[Dict[str, Any]], delta: float
   is the guarantee. ``alg.config`` holds ``sensitivity``, ``sensitivity_paper`` and
   ``sensitivity_mode``."""
   led = PrivacyLedger(delta, **alg.privacy.ledger_kwargs())
-  led.record_many([r["noise_multiplier_conditional"] for r in records],
-                  [r["sampling_rate"] for r in records], [r["dp_steps"] for r in records])
+  led.record(PrivacyReport([r["noise_multiplier_conditional"] for r in records],
+                           [r["sampling_rate"] for r in records],
+                           [r["dp_steps"] for r in records]))
   provable = alg.config["sensitivity_mode"] != "paper"
   return {"epsilon_conditional_rdp": led.epsilon(),
           "epsilon_guarantee_note": (

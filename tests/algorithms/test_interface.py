@@ -125,10 +125,25 @@ def test_its_options_are_flags_config_keys_and_checked(toy, tmp_path, capsys):
   with pytest.raises(SystemExit):
     cli.main(["run", "--algorithm", "toy_decay", "--help"])
   assert "--lr-decay" in capsys.readouterr().out
-  # A flag of another algorithm is refused, naming whose it is:
-  rc = cli.main(["run", "--algorithm", "toy_decay", *ARGS, "--vartheta", "2"])
-  assert rc == 2 and "--vartheta is an option of amplitude_varying" in \
-      capsys.readouterr().err
+  # A flag of another algorithm is refused, naming whose it is (the first registered
+  # algorithm with an option the toy lacks):
+  own = {f.name for f in dataclasses.fields(DecayOptions)}
+  owner, option = next((n, f.name) for n in registry.names()
+                       for f in dataclasses.fields(registry.get(n).Options)
+                       if f.name not in own)
+  flag = "--" + option.replace("_", "-")
+  rc = cli.main(["run", "--algorithm", "toy_decay", *ARGS, flag, "2"])
+  assert rc == 2 and f"{flag} is an option of {owner}" in capsys.readouterr().err
+
+
+def test_the_hooks_outside_runs_have_defaults(toy):
+  """A plug-in that sets none of them: no audit targets (non-private as far as
+  ``fedjax-dp audit`` knows), no bounds of its own fields, no shared-test configuration
+  (which the shared algorithm tests report as missing)."""
+  plugin = registry.get("toy_decay")
+  assert tuple(plugin.audit_targets()) == ()
+  assert dict(plugin.schedule_bounds()) == {}
+  assert plugin.test_config(None, None) is None
 
 
 def test_an_unlabelled_metric_is_refused(toy, monkeypatch):

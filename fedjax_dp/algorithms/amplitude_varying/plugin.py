@@ -13,8 +13,9 @@ import tyro
 from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.algorithms.amplitude_varying.algorithm import (
     MECHANISMS, NoiseController, OnlineRefinement, amplitude_varying, hparams_for)
+from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
 from fedjax_dp.algorithms.interface import (Block, Controller, FederatedAlgorithm,
-                                            ModelSpec, check_choices)
+                                            ModelSpec, SmokeConfig, check_choices)
 from fedjax_dp.algorithms.sensitivity_modes import SensitivityOptions, conditional_epsilon
 from fedjax_dp.privacy import accountants, disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int, check_positive)
@@ -110,6 +111,19 @@ class AmplitudeVarying(FederatedAlgorithm):
       "mechanism_note": (disclosure.PUBLIC, "configuration: no client data"),
   }
 
+  def audit_targets(self):
+    from fedjax_dp.algorithms.amplitude_varying import audit
+    return audit.targets()
+
+  def tiny_run_options(self):
+    return dict(TINY_SYNTHETIC_RUN, clients_per_round=4, epsilon=10.0, activation="linear")
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    # A large epsilon keeps the noise small.
+    return SmokeConfig(dict(epsilon=200.0, vartheta=1.0, rounds=12, clients_per_round=8,
+                            local_steps=4, learning_rate=0.3, clip_norm=10.0),
+                       check=_smoke_check)
+
   def validate(self, options, run) -> None:
     check_choices(options)
     options.validate_sensitivity()
@@ -187,3 +201,18 @@ class AmplitudeVarying(FederatedAlgorithm):
             f"paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
             f"{s['epsilon_paper_target']:g}); the guarantee above is what the code "
             "enforces"]
+
+
+def _smoke_check(alg, records, data) -> None:
+  """`SmokeConfig.check`: record level, K = 8 of the U clients without replacement; each
+  round reports its sigma_m and z_m = sigma_m / Delta_s."""
+  import numpy as np
+  assert alg.privacy.unit == "record-level", alg.privacy.unit
+  assert alg.privacy.sampler == "fixed_size", alg.privacy.sampler
+  sigma = alg.config["stddevs"][0]
+  for r in records:
+    assert r["dp_steps"] == 1, r
+    np.testing.assert_allclose(r["sampling_rate"], 8 / data.num_clients, rtol=1e-6)
+    np.testing.assert_allclose(r["noise_stddev"], sigma, rtol=1e-5)
+    np.testing.assert_allclose(r["noise_multiplier"], sigma / alg.config["sensitivity"],
+                               rtol=1e-5)

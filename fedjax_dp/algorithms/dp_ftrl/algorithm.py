@@ -50,8 +50,9 @@ from typing import Optional
 
 import numpy as np
 
-from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
-from fedjax_dp.algorithms.dp_fedavg import _client_optimizer, _local_work, _server_optimizer
+from fedjax_dp.algorithms.base import Algorithm, CorrelatedNoiseSpec, require_learning_rates
+from fedjax_dp.algorithms.dp_fedavg.algorithm import (_client_optimizer, _local_work,
+                                                      _server_optimizer)
 from fedjax_dp.algorithms.dp_ftrl import accounting as ftrl_accounting
 from fedjax_dp.algorithms.dp_ftrl.noise import BandedNoise, TreeNoise
 from fedjax_dp.algorithms.dp_ftrl.participation import CyclicSampler
@@ -165,8 +166,9 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
     chunk_size, mesh: as in `dp_fedavg`.
 
   Returns:
-    An `Algorithm` whose ``privacy`` has a `CorrelatedNoiseLedger` factory and the run
-    event for calibration (`PrivacySpec.run_event`).
+    An `Algorithm` whose ``privacy`` is a `CorrelatedNoiseSpec`: the run's event for
+    calibration and its `fedjax_dp.privacy.correlated_ledger.CorrelatedNoiseLedger`
+    (`CorrelatedNoiseSpec.run_event`).
 
   Raises:
     FedJaxDpError: on invalid arguments (before anything is compiled), e.g. a tree
@@ -242,13 +244,11 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
 
   run_event = _run_event(mechanism, samp, noise_gen)
   description = f"dp_ftrl/{mechanism}"
-  privacy = PrivacySpec(
+  privacy = CorrelatedNoiseSpec(
       "user-level", "add_remove", "poisson", sampling_rate=samp.sampling_rate,
       clip_norm=clip_norm, clipped="each client's update (S)",
       note=participation_note(mechanism, samp, restart_every, bands),
-      ledger_factory=lambda delta: ftrl_accounting.CorrelatedNoiseLedger(
-          delta, run_event, description),
-      run_event=run_event)
+      run_event=run_event, description=description)
 
   def init(key):
     params = model.init(key)

@@ -21,7 +21,9 @@ import tyro
 from fedjax_dp.algorithms.base import Algorithm
 from fedjax_dp.algorithms.dp_ftrl.algorithm import (MECHANISMS, STRATEGIES, dp_ftrl,
                                                     run_sensitivity_squared)
-from fedjax_dp.algorithms.interface import Controller, FederatedAlgorithm, check_choices
+from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
+from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, SmokeConfig,
+                                            check_choices)
 from fedjax_dp.algorithms.options import CLIENT_OPTIMIZERS
 from fedjax_dp.federated.server import SERVER_OPTIMIZERS
 from fedjax_dp.privacy import disclosure
@@ -120,6 +122,21 @@ class DpFtrl(FederatedAlgorithm):
       "effective_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
       "sensitivity_note": (disclosure.PUBLIC, disclosure.ACCOUNTING),
   }
+
+  def audit_targets(self):
+    from fedjax_dp.algorithms.dp_ftrl import audit
+    return audit.targets()
+
+  def tiny_run_options(self):
+    return dict(TINY_SYNTHETIC_RUN)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    # The tree, cyclic participation (half the clients a round).
+    from fedjax_dp.algorithms.dp_fedavg.plugin import user_level_check
+    return SmokeConfig(dict(mechanism="tree", clip_norm=1.0, noise_multiplier=0.1,
+                            cycle_length=2, batch_size=5, client_learning_rate=0.3,
+                            server_optimizer="fedavg", rounds=12),
+                       check=user_level_check(0.1))
 
   def validate(self, options, run) -> None:
     check_choices(options)

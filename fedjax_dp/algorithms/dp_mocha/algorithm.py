@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.algorithms.dp_mocha import heterogeneity, mechanism, objective, sdca, server
-from fedjax_dp.federated.round import RoundMetrics
+from fedjax_dp.federated.engine import default_metrics
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
@@ -257,19 +257,18 @@ def make_round(config: DpMochaConfig, num_devices: int, n_min: int,
     if expose_releases:
       extras["releases"] = noised
     finite_z = jnp.where(active, z, jnp.inf)
-    metrics = RoundMetrics(
-        round=r, train_loss=f32(train_hinge), num_clients=n_active.astype(jnp.int32),
-        num_sampled=n_active.astype(jnp.int32), num_truncated=jnp.int32(0),
-        clip_fraction=f32(0.0),
+    # Its own round (one model per device, the dual update of MOCHA), the engine's
+    # metric defaults for what it does not do (cohort truncation, clipping of updates).
+    metrics = default_metrics(
+        r, train_loss=f32(train_hinge), num_clients=n_active.astype(jnp.int32),
+        num_sampled=n_active.astype(jnp.int32),
         mean_update_norm=f32(jnp.sum(du_norm * act) / jnp.maximum(n_active, 1)),
         max_update_norm=f32(jnp.max(du_norm * act)),
         nonfinite_updates=jnp.sum(~jnp.isfinite(du_norm)).astype(jnp.int32),
         noise_multiplier=f32(jnp.min(finite_z)),
         noise_stddev=f32(jnp.max(noised.primal_noise_std * act)),
         sampling_rate=f32(1.0), dp_steps=jnp.int32(1),
-        example_clip_fraction=f32(0.0), batch_truncated=jnp.int32(0),
         aggregate_norm=f32(jnp.linalg.norm(jnp.sum(noised.du, axis=0))),
-        server_noise_stddev=f32(0.0),
         sensitivity=f32(jnp.max(mechanism.dual_sensitivity_provable(steps, counts))),
         client_noise_multipliers=f32(z_devices), extras=extras)
     return state, metrics
@@ -394,7 +393,7 @@ def dp_mocha(model, data, *, lam: float = 0.001, xi: float = 0.5, inner_rounds: 
   Raises:
     FedJaxDpError: invalid options (named) or data (`make_problem`).
   """
-  from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+  from fedjax_dp.algorithms.base import Algorithm, PerClientPrivacySpec
   from fedjax_dp.privacy.device_ledger import DeviceLedger
   from fedjax_dp.validation import check_probability
   config = DpMochaConfig(lam, xi, inner_rounds, s2_mode, resync, update_omega)
@@ -421,9 +420,9 @@ def dp_mocha(model, data, *, lam: float = 0.001, xi: float = 0.5, inner_rounds: 
 
   spec = None
   if private:
-    spec = PrivacySpec(
+    spec = PerClientPrivacySpec(
         unit="record-level", relation="replace_one", sampler="fixed_size",
-        population_size=n_min, cohort_size=n_min, per_client=True, num_clients=m,
+        population_size=n_min, cohort_size=n_min, num_clients=m,
         ledger_factory=lambda delta: DeviceLedger(m, delta, n_min),
         observation="attributable",  # each device's releases with its sender
         note=("record-level DP of each device's own data (replace one sample, ||x|| <= 1), "

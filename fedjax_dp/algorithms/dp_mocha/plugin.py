@@ -17,7 +17,7 @@ from fedjax_dp.algorithms.dp_mocha.algorithm import dp_mocha
 from fedjax_dp.algorithms.dp_mocha import objective
 from fedjax_dp.algorithms.dp_mocha.mechanism import S2_MODES
 from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
-                                            check_choices)
+                                            SmokeConfig, check_choices)
 from fedjax_dp.data.federated_data import FederatedData
 from fedjax_dp.federated.driver import DeviceEvaluator
 from fedjax_dp.privacy import disclosure
@@ -118,6 +118,19 @@ class DpMocha(FederatedAlgorithm):
       "final_test_error": (disclosure.DIAGNOSTIC, "every device's model on its own "
                            "held-out data"),
   }
+
+  def audit_targets(self):
+    from fedjax_dp.algorithms.dp_mocha import audit
+    return audit.targets()
+
+  def tiny_run_options(self):
+    return dict(dataset="har", rounds=2, eval_every=2, outer_rounds=1, delta=1e-3)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    return SmokeConfig(learns=False, why=(
+        "dp_mocha (paper 002) trains one model per device on a binary task and is "
+        "evaluated per device: tests/algorithms/dp_mocha/test_dp_mocha_plugin.py "
+        "checks that it learns"))
 
   def validate(self, options, run) -> None:
     check_choices(options)

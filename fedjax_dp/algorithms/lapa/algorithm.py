@@ -86,7 +86,7 @@ from fedjax_dp.algorithms.lapa.privacy import (  # noqa: F401
     CLIPPINGS, DEFAULT_LABEL_NOISE_MULTIPLIER, FILTER_BUDGETS, LABEL_STATISTICS,
     UNIFORM_BUDGET_SLACK, label_histograms, label_statistics, project_histograms,
     provable_sensitivity, upload_budgets)
-from fedjax_dp.federated.round import RoundMetrics
+from fedjax_dp.federated.engine import default_metrics
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.privacy import per_example
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
@@ -425,19 +425,18 @@ def make_round(config: LapaConfig, model, num_devices: int, dim: int):
     }
     if config.aggregator == "wasserstein":
       extras["label_distances" + tag] = f32(label_dist)
-    metrics = RoundMetrics(
-        round=r, train_loss=f32(jnp.sum(losses * actf) / jnp.maximum(n_active, 1)),
-        num_clients=n_active, num_sampled=n_active, num_truncated=jnp.int32(0),
+    # Its own round (every device every round, per-device budgets and channel noise);
+    # the engine's metric defaults for what it does not do.
+    metrics = default_metrics(
+        r, train_loss=f32(jnp.sum(losses * actf) / jnp.maximum(n_active, 1)),
+        num_clients=n_active, num_sampled=n_active,
         clip_fraction=f32(jnp.sum(clipped_frac * actf) / jnp.maximum(n_active, 1)),
         mean_update_norm=f32(jnp.sum(norms * actf) / jnp.maximum(n_active, 1)),
         max_update_norm=f32(jnp.max(norms * actf)),
-        nonfinite_updates=jnp.int32(0),
         noise_multiplier=f32(jnp.min(z)),
         noise_stddev=f32(jnp.max(sigma_art)),
         sampling_rate=f32(1.0), dp_steps=jnp.int32(1),
-        example_clip_fraction=f32(0.0), batch_truncated=jnp.int32(0),
-        aggregate_norm=f32(jnp.linalg.norm(global_grad)),
-        server_noise_stddev=f32(0.0), sensitivity=f32(hp.sensitivity),
+        aggregate_norm=f32(jnp.linalg.norm(global_grad)), sensitivity=f32(hp.sensitivity),
         client_noise_multipliers=z, extras=extras)
     return new_state, metrics
 
@@ -532,7 +531,7 @@ def lapa(model, data, *, allocator, aggregator: str = "wasserstein",
   Raises:
     FedJaxDpError: invalid arguments, named, before anything is compiled.
   """
-  from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+  from fedjax_dp.algorithms.base import Algorithm, PerClientPrivacySpec
   from fedjax_dp.privacy.device_ledger import DeviceLedger
   from fedjax_dp.validation import check_delta, check_positive
   n_classes = int(data.num_classes)
@@ -592,9 +591,9 @@ def lapa(model, data, *, allocator, aggregator: str = "wasserstein",
                     f"released once with Gaussian noise (z_h = {z_h:g}, L2 sensitivity "
                     "sqrt(2)) and composed into its ledger; the record counts |D_i| are "
                     "public under replace-one")
-    spec = PrivacySpec(
+    spec = PerClientPrivacySpec(
         unit="record-level", relation="replace_one", sampler="fixed_size",
-        population_size=config.batch_size, cohort_size=config.batch_size, per_client=True,
+        population_size=config.batch_size, cohort_size=config.batch_size,
         num_clients=n,
         ledger_factory=lambda d: DeviceLedger(n, d, config.batch_size,
                                               budgets=budgets_total),

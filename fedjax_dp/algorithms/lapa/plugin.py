@@ -15,12 +15,13 @@ from typing import Any, Dict, List, Literal, Optional, Union
 import numpy as np
 
 from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
-                                            check_choices)
+                                            SmokeConfig, check_choices)
 from fedjax_dp.algorithms.lapa import aggregation, allocators, channel
 from fedjax_dp.algorithms.lapa.algorithm import (AGGREGATORS, CLIPPINGS,
                                                  DEFAULT_LABEL_NOISE_MULTIPLIER,
                                                  FILTER_BUDGETS, LABEL_STATISTICS, lapa)
 from fedjax_dp.privacy import device_ledger, disclosure
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
                                   check_non_negative, check_positive, check_probability)
 
@@ -184,6 +185,20 @@ class Lapa(FederatedAlgorithm):
           "epsilon_with_channel_noise_assumption_per_device",
           "epsilon_with_channel_noise_assumption_note")},
   }
+
+  def audit_targets(self):
+    from fedjax_dp.algorithms.lapa import audit
+    return audit.targets()
+
+  def tiny_run_options(self):
+    return dict(dataset="mnist", rounds=2, eval_every=2, model="mlp", hidden="8",
+                delta=1e-5, num_iid=2, num_non_iid=2)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    # Every device every round, uniform budgets, a large eps_T.
+    return SmokeConfig(dict(allocator=allocators.AllocatorConfig("uniform", 2000.0, 12),
+                            batch_size=5, learning_rate=0.3, clip_norm=1.0),
+                       check=_smoke_check)
 
   def validate(self, options, run) -> None:
     check_choices(options)
@@ -392,7 +407,7 @@ class Lapa(FederatedAlgorithm):
                            np.where(z_label == 0, np.inf, z_label ** -2.0))
           z = (rho + rho_l[:, None]) ** -0.5
       led = device_ledger.DeviceLedger(z.shape[1], run.delta)
-      led.record_many(z)
+      led.record(PrivacyReport(z.min(axis=1), 1.0, 1, client_noise_multipliers=z))
       return led
 
     if np.any(np.asarray(c["channel_std"]) > 0) and any(
@@ -537,3 +552,14 @@ def parse_powers(spec: str, num_devices: int, p_max_w: float) -> np.ndarray:
     raise FedJaxDpError(f"powers must lie in [0, P_max = {p_max_w:.4g} W], got "
                         f"{vals.tolist()}.", option="powers")
   return vals
+
+
+def _smoke_check(alg, records, data) -> None:
+  """`SmokeConfig.check`: record level, per device, no sampling; every device spends
+  eps_T / T = 2000 / 12 a round, so sigma = c Delta_s / eps_i[t] > 0."""
+  assert alg.privacy.unit == "record-level", alg.privacy.unit
+  for r in records:
+    assert r["dp_steps"] == 1 and r["sampling_rate"] == 1.0, r
+    assert r["num_clients"] == data.num_clients, r
+    np.testing.assert_allclose(np.asarray(r["epsilon_devices"]), 2000.0 / 12, rtol=1e-5)
+    assert 0.0 < r["noise_stddev"] and r["noise_multiplier"] > 0, r

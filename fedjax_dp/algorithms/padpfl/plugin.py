@@ -11,7 +11,7 @@ import numpy as np
 import tyro
 
 from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, ModelSpec,
-                                            Prepared, check_choices)
+                                            Prepared, SmokeConfig, check_choices)
 from fedjax_dp.algorithms.padpfl import impact_factors as impact
 from fedjax_dp.algorithms.padpfl.algorithm import (downlink_noise_multiplier,
                                                    nominal_and_accountant_epsilons, padpfl,
@@ -19,6 +19,7 @@ from fedjax_dp.algorithms.padpfl.algorithm import (downlink_noise_multiplier,
 from fedjax_dp.algorithms.sensitivity_modes import SensitivityOptions, conditional_epsilon
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.ledger import PrivacyLedger
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
                                   check_non_negative, check_positive)
 
@@ -101,6 +102,20 @@ class Padpfl(FederatedAlgorithm):
       "sensitivity_paper": (disclosure.PUBLIC, "2B / min client size: identical in "
                             "replace-one neighbours"),
   }
+
+  def audit_targets(self):
+    from fedjax_dp.algorithms.padpfl import audit
+    return audit.targets()
+
+  def tiny_run_options(self):
+    return dict(dataset="mnist", rounds=2, eval_every=2, epsilon=20.0, delta=0.01,
+                allow_large_delta=True, clip_bound=5.0, hidden="8", local_steps=1)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    # Every client, equal impact factors, a large epsilon.
+    return SmokeConfig(dict(impact_factors=impact.uniform(federated_data.num_clients),
+                            epsilon=200.0, rounds=12, clip_bound=10.0, local_steps=4,
+                            learning_rate=0.3, batch_size=5), check=_smoke_check)
 
   def validate(self, options, run) -> None:
     check_choices(options)
@@ -187,8 +202,7 @@ class Padpfl(FederatedAlgorithm):
     out = dict(nominal_and_accountant_epsilons(c))
     if c["private"] and records:  # the broadcasts actually made, through a ledger
       down = PrivacyLedger(c["delta"], **alg.privacy.ledger_kwargs())
-      down.record_many([r["noise_multiplier_downlink"] for r in records],
-                       [1.0] * len(records), [1] * len(records))
+      down.record(PrivacyReport([r["noise_multiplier_downlink"] for r in records], 1.0, 1))
       out["epsilon_rdp_downlink"] = down.epsilon()
       out.update(conditional_epsilon(alg, records, c["delta"]))
     parts = setup.extras["part_of_client"]
@@ -234,3 +248,14 @@ def _per_part(p_schedule, part_of_client) -> List[List[float]]:
   parts = np.asarray(part_of_client)
   first = [int(np.flatnonzero(parts == k)[0]) for k in range(int(parts.max()) + 1)]
   return p[:, first].tolist()
+
+
+def _smoke_check(alg, records, data) -> None:
+  """`SmokeConfig.check`: record level, every client every round (no sampling); each
+  round's sigma_C on the uploads and sigma_S > 0 on top are the configured ones."""
+  assert alg.privacy.unit == "record-level", alg.privacy.unit
+  for r, sc, ss in zip(records, alg.config["sigma_c"], alg.config["sigma_s"]):
+    assert r["num_clients"] == data.num_clients and r["sampling_rate"] == 1.0, r
+    np.testing.assert_allclose(r["noise_stddev"], sc, rtol=1e-5)
+    np.testing.assert_allclose(r["server_noise_stddev"], ss, rtol=1e-5)
+    assert ss > 0, ss

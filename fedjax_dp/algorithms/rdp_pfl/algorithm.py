@@ -56,8 +56,8 @@ from fedjax_dp.algorithms.base import Algorithm, Release
 from fedjax_dp.algorithms.rdp_pfl import meta
 from fedjax_dp.algorithms.rdp_pfl.clients import is_query_row
 from fedjax_dp.algorithms.rdp_pfl.privacy import GroupedPrivacySpec
-from fedjax_dp.federated import chunking, keys as keylib
-from fedjax_dp.federated.round import RoundMetrics
+from fedjax_dp.federated import chunking, engine, keys as keylib, sharding
+from fedjax_dp.federated.engine import default_metrics
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.privacy import clipping, events, per_example
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
@@ -111,7 +111,7 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
             micro_batch_size: Optional[int] = -1, per_example_method: str = "auto",
             power_iterations: int = 20, chunk_size: Optional[int] = None,
             query_rows: Optional[Any] = None,
-            nominal_sizes: Optional[Tuple[int, int]] = None) -> Algorithm:
+            nominal_sizes: Optional[Tuple[int, int]] = None, mesh=None) -> Algorithm:
   """Builds RDP-PFL (module docstring) for the source clients ``data``.
 
   Args:
@@ -139,6 +139,9 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
       per-example gradients.
     power_iterations: paper mode's power iterations.
     chunk_size: source clients trained at once (default: `chunking.auto_chunk_size`).
+    mesh: a mesh with a ``"clients"`` axis to split the source clients over its
+      devices (the engine's client loop, `fedjax_dp.federated.engine.sum_over_cohort`),
+      or None for one device.
     query_rows: bool ``[U, max_examples]``: each row's role (True: query set, False:
       support set), fixed with the record when the client's data is prepared, so that
       adding or removing a record changes no other record's role (the neighbouring
@@ -219,7 +222,7 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
     chunk_size = chunking.auto_chunk_size(
         num_clients, num_params, int(max_n * (math.prod(data.feature_shape) + 1) * 4))
   layout = chunking.chunk_layout(num_clients, check_int("chunk_size", chunk_size,
-                                                        minimum=1))
+                                                        minimum=1), sharding.mesh_size(mesh))
   scale_q, scale_s = meta.release_scales(clip_mode)
 
   def client_update(w0, x, y, count, is_query, key, hp):
@@ -241,6 +244,26 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
     w, st = jax.lax.scan(epoch, w0, jnp.arange(tau0))
     return w, jax.tree_util.tree_map(lambda a: jnp.sum(a, axis=0), st)
 
+  def chunk(w, pop, hp, train_key, ids_c, p_c, real_c):
+    """One chunk of source clients: the weighted sum of their model deltas (a client
+    whose model is non-finite contributes nothing), its counts, norms and DP-SGD
+    statistics (sums), and the largest delta norm (max)."""
+    x, y, cnt = pop.x[ids_c], pop.y[ids_c], pop.counts[ids_c]
+    ck = keylib.client_keys(train_key, ids_c)
+    w_i, st = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, 0, None))(
+        w, x, y, cnt, roles_dev[ids_c], ck, hp)
+    delta = jax.tree_util.tree_map(lambda a, b: a - b, w_i, w)
+    norms = jax.vmap(clipping.global_norm)(delta)
+    finite = jnp.isfinite(norms)
+    keep = real_c & finite
+    total = jax.tree_util.tree_map(
+        lambda d: jnp.tensordot(jnp.where(keep, p_c, 0.0), jnp.where(_bcast(keep, d), d, 0.0),
+                                axes=1), delta)
+    st = jax.tree_util.tree_map(lambda a: jnp.sum(jnp.where(_bcast(real_c, a), a, 0.0),
+                                                  axis=0), st)
+    sums = (total, jnp.sum(real_c & ~finite), jnp.sum(jnp.where(keep, norms, 0)), st)
+    return sums, jnp.max(jnp.where(keep, norms, 0))
+
   def round_fn(state: ServerState, pop, hp: RdpPflHParams, root_key):
     w = state.params
     train_key = keylib.stream(keylib.round_key(root_key, state.round), keylib.TRAINING)
@@ -248,34 +271,10 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
     real = ids < num_clients
     safe = jnp.where(real, ids, 0)
     p = jnp.where(real, weights[safe], 0.0)
-
-    def chunk(carry, idx):
-      ids_c, p_c, real_c = idx
-      x, y, cnt = pop.x[ids_c], pop.y[ids_c], pop.counts[ids_c]
-      ck = keylib.client_keys(train_key, ids_c)
-      w_i, st = jax.vmap(client_update, in_axes=(None, 0, 0, 0, 0, 0, None))(
-          w, x, y, cnt, roles_dev[ids_c], ck, hp)
-      delta = jax.tree_util.tree_map(lambda a, b: a - b, w_i, w)
-      norms = jax.vmap(clipping.global_norm)(delta)
-      finite = jnp.isfinite(norms)
-      keep = real_c & finite
-      total, (nf, nsum, nmax, stats_sum) = carry
-      total = jax.tree_util.tree_map(
-          lambda acc, d: acc + jnp.tensordot(jnp.where(keep, p_c, 0.0),
-                                             jnp.where(_bcast(keep, d), d, 0.0), axes=1),
-          total, delta)
-      st = jax.tree_util.tree_map(lambda a: jnp.sum(jnp.where(_bcast(real_c, a), a, 0.0),
-                                                    axis=0), st)
-      return (total, (nf + jnp.sum(real_c & ~finite), nsum + jnp.sum(jnp.where(keep, norms, 0)),
-                      jnp.maximum(nmax, jnp.max(jnp.where(keep, norms, 0))),
-                      jax.tree_util.tree_map(jnp.add, stats_sum, st))), None
-
-    shape = (layout.chunks_per_shard, layout.chunk_size)
-    zero_stats = meta.StageStats(*(jnp.zeros((2,), jnp.float32) for _ in range(5)))
-    init = (jax.tree_util.tree_map(jnp.zeros_like, w),
-            (jnp.zeros((), jnp.int32), jnp.zeros(()), jnp.zeros(()), zero_stats))
-    (total, (nonfinite, norm_sum, norm_max, st)), _ = jax.lax.scan(
-        chunk, init, (safe.reshape(shape), p.reshape(shape), real.reshape(shape)))
+    # The engine's client loop: chunks on every device of the mesh, one reduction.
+    (total, nonfinite, norm_sum, st), norm_max = engine.sum_over_cohort(
+        chunk, (w, pop, hp, train_key), (safe, p, real), chunk_size=layout.chunk_size,
+        mesh=mesh)
     # w^{t+1} = sum_i p_i w_i = w^t + sum_i p_i (w_i - w^t) (sum p_i = 1; a client
     # whose model is non-finite keeps w^t, counted in nonfinite_updates).
     new_w = jax.tree_util.tree_map(jnp.add, w, total)
@@ -296,11 +295,12 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
         "support_clip_fraction": st.clipped[1] / rows[1],
         "query_batch_size": st.rows[0] / (num_clients * tau0),
         "support_batch_size": st.rows[1] / (num_clients * tau0)}
-    metrics = RoundMetrics(
-        round=state.round, train_loss=f32(extras["meta_train_loss"]),
+    # Its own round (two record-level DP-SGD releases per local epoch); the engine's
+    # metric defaults for what it does not do (cohort sampling, clipping of updates).
+    metrics = default_metrics(
+        state.round, train_loss=f32(extras["meta_train_loss"]),
         num_clients=jnp.asarray(num_clients, jnp.int32),
         num_sampled=jnp.asarray(num_clients, jnp.int32),
-        num_truncated=jnp.zeros((), jnp.int32), clip_fraction=f32(0.0),
         mean_update_norm=f32(norm_sum / jnp.maximum(num_clients - nonfinite, 1)),
         max_update_norm=f32(norm_max), nonfinite_updates=nonfinite.astype(jnp.int32),
         noise_multiplier=f32(jnp.minimum(z_q, z_s)), noise_stddev=f32(sigma_c),
@@ -308,7 +308,7 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
         dp_steps=2 * steps,
         example_clip_fraction=f32(jnp.sum(st.clipped) / jnp.sum(rows)),
         batch_truncated=jnp.sum(st.truncated).astype(jnp.int32),
-        aggregate_norm=f32(clipping.global_norm(total)), server_noise_stddev=f32(0.0),
+        aggregate_norm=f32(clipping.global_norm(total)),
         sensitivity=f32(hp.clip_norm / max(scale_q, scale_s)),
         releases=releases if private else None,
         extras=jax.tree_util.tree_map(f32, extras))

@@ -123,11 +123,8 @@ def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
         k: (np.asarray(v) * 2.0 if k.endswith("_noise_multiplier") else v)
         for k, v in m.items()})
   elif brk == "data-size-weights":  # the old code's round, the shipped claim
-    ledger: Any = spec.make_ledger(DELTA)
-    releases = spec.releases or ()
-    ledger.record_many({r.name: np.full(rounds, z * r.event_scale) for r in releases},
-                       {r.name: r.sampling_rate for r in releases},
-                       {r.name: r.steps for r in releases})
+    ledger = spec.make_ledger(DELTA)
+    ledger.record(spec.planned_report(z, rounds))
     eps = ledger.epsilon(accountant="pld")
     claim = lambda metrics: eps
   state = zero_params(alg_in.init(jax.random.key(1)))

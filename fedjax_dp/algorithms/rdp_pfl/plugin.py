@@ -21,13 +21,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, ModelSpec,
-                                            Prepared, check_choices)
+                                            Prepared, SmokeConfig, check_choices)
 from fedjax_dp.algorithms.rdp_pfl import clients, paper_accounting
 from fedjax_dp.algorithms.rdp_pfl.algorithm import AGGREGATIONS, rdp_pfl
 from fedjax_dp.algorithms.rdp_pfl.meta import CLIP_MODES
-from fedjax_dp.federated.driver import DeviceEvaluator
+from fedjax_dp.federated.driver import POSITIVE, PROBABILITY, DeviceEvaluator
 from fedjax_dp.privacy import disclosure
-from fedjax_dp.privacy.multi_release import release_field
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.validation import (FedJaxDpError, check_int, check_non_negative,
                                   check_positive, check_probability)
 
@@ -136,6 +136,27 @@ class RdpPfl(FederatedAlgorithm):
                       "without noise (their class sets, the meta training loss)"),
   }
 
+  def audit_targets(self):
+    from fedjax_dp.algorithms.rdp_pfl import audit
+    return audit.targets()
+
+  def schedule_bounds(self):
+    """`RdpPflHParams`' own fields (its clip norm and noise multiplier are the
+    engine's)."""
+    return {"query_sampling_rate": PROBABILITY, "support_sampling_rate": PROBABILITY,
+            "inner_learning_rate": POSITIVE, "outer_learning_rate": POSITIVE}
+
+  def tiny_run_options(self):
+    return dict(dataset="mnist", rounds=2, eval_every=2, clients=8, samples_per_class=10,
+                test_per_class=5, hidden="8", local_epochs=1)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    # Small noise, every client's two DP steps per local epoch.
+    return SmokeConfig(dict(noise_multiplier=0.05, clip_norm=5.0, inner_learning_rate=0.01,
+                            outer_learning_rate=0.3, query_sampling_rate=0.5,
+                            support_sampling_rate=0.5, local_epochs=2),
+                       check=_smoke_check)
+
   def validate(self, options, run) -> None:
     check_choices(options)
     if options.noise_multiplier is not None:
@@ -208,7 +229,7 @@ class RdpPfl(FederatedAlgorithm):
         support_sampling_rate=o.support_sampling_rate, clip_mode=o.clip_mode,
         aggregation=o.aggregation, private=self.calibrates(o),
         micro_batch_size=o.micro_batch_size, per_example_method=o.per_example_method,
-        chunk_size=setup.run.chunk_size,
+        chunk_size=setup.run.chunk_size, mesh=setup.mesh,
         query_rows=None if split is None else split.query_rows,
         nominal_sizes=None if split is None else split.nominal_sizes)
 
@@ -272,9 +293,7 @@ class RdpPfl(FederatedAlgorithm):
     if alg.privacy is None or not records:
       return out
     ledger = alg.privacy.make_ledger(run.delta)   # the run's, from its records
-    ledger.record_many(*({rel.name: [r[release_field(rel.name, m)] for r in records]
-                          for rel in alg.privacy.releases}
-                         for m in ("noise_multiplier", "sampling_rate", "dp_steps")))
+    ledger.record(PrivacyReport.from_records(records, alg.privacy.release_names))
     out.update(
         release_groups=[list(g) for g in ledger.groups],
         group_epsilons_rdp=list(ledger.group_epsilons(accountant="rdp")),
@@ -335,3 +354,17 @@ class _GroupsController(Controller):
 def _last(records, key) -> Optional[float]:
   vals = [r[key] for r in records if r.get(key) is not None and np.isfinite(r[key])]
   return float(vals[-1]) if vals else None
+
+
+def _smoke_check(alg, records, data) -> None:
+  """`SmokeConfig.check`: record level, two releases per local epoch (query, support),
+  each with the configured z = 0.05, q = 0.5 and noise std z C = 0.25."""
+  assert alg.privacy.unit == "record-level", alg.privacy.unit
+  assert alg.privacy.release_names == ("query", "support"), alg.privacy.release_names
+  for r in records:
+    assert r["dp_steps"] == 4 and r["num_clients"] == data.num_clients, r
+    for stage in ("query", "support"):
+      np.testing.assert_allclose(r[f"{stage}_noise_multiplier"], 0.05, rtol=1e-6)
+      np.testing.assert_allclose(r[f"{stage}_sampling_rate"], 0.5, rtol=1e-6)
+      assert r[f"{stage}_dp_steps"] == 2, r
+      np.testing.assert_allclose(r[f"{stage}_noise_stddev"], 0.25, rtol=1e-6)

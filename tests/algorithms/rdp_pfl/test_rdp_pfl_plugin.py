@@ -109,3 +109,27 @@ def test_bad_options_name_the_option(kw, option):
   with pytest.raises(FedJaxDpError, match=option):
     cfg = RunConfig.from_dict(dict(SMALL, out=None, **kw)).validate()
     run(cfg, progress=False)
+
+
+def test_its_own_hyper_parameters_are_bounded_by_its_plugin(synthetic_fd):
+  """RDP-PFL's per-round fields (`RdpPflHParams`) that the engine does not know are
+  bounded by its plug-in's `schedule_bounds`, which the run passes to the driver."""
+  from fedjax_dp.algorithms import registry
+  from fedjax_dp.federated.driver import check_schedule, constant_schedule
+  from fedjax_dp.models import create_model
+  plugin = registry.get("rdp_pfl")
+  bounds = plugin.schedule_bounds()
+  assert set(bounds) == {"query_sampling_rate", "support_sampling_rate",
+                         "inner_learning_rate", "outer_learning_rate"}
+  model = create_model("linear", synthetic_fd.feature_shape, synthetic_fd.num_classes)
+  alg = plugin.function(model, synthetic_fd,
+                        **plugin.test_config(model, synthetic_fd).kwargs)
+  sched = constant_schedule(alg.hparams, 3)
+  check_schedule(sched, bounds)
+  bad = sched._replace(query_sampling_rate=np.array([0.5, 1.5, 0.5], np.float32))
+  check_schedule(bad)  # without the plug-in's bounds: only finite
+  with pytest.raises(FedJaxDpError, match=r"query_sampling_rate must be in \(0, 1\] in "
+                     r"every round; entry 1 is 1.5"):
+    check_schedule(bad, bounds)
+  with pytest.raises(FedJaxDpError, match="outer_learning_rate must be > 0"):
+    check_schedule(sched._replace(outer_learning_rate=np.zeros(3, np.float32)), bounds)

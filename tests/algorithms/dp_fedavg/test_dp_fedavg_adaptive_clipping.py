@@ -14,7 +14,7 @@ import pytest
 
 from fedjax_dp import cli
 from fedjax_dp.algorithms.dp_fedavg import adaptive_clipping_for, dp_fedavg
-from fedjax_dp.algorithms.dp_fedavg_plugin import DpFedAvg, DpFedAvgOptions
+from fedjax_dp.algorithms.dp_fedavg.plugin import DpFedAvg, DpFedAvgOptions
 from fedjax_dp.data import load_dataset
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping

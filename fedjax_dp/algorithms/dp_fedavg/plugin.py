@@ -1,21 +1,24 @@
 """The `fedjax-dp run` plug-ins of DP-FedAvg, DP-FedSGD and record-level DP-FedAvg
 (`fedjax_dp.algorithms.interface`): their typed options, the adaptive-clipping options
 and defaults, per-client noise multipliers from a file, the summary fields and their
-disclosure labels. The algorithms themselves are `fedjax_dp.algorithms.dp_fedavg`'s."""
+disclosure labels. The algorithms themselves are
+`fedjax_dp.algorithms.dp_fedavg.algorithm`'s."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-from typing import Literal, Optional, Union
+from typing import Callable, Literal, Optional, Union
 
 import numpy as np
 
 from fedjax_dp.algorithms.base import Algorithm
-from fedjax_dp.algorithms.dp_fedavg import (adaptive_clipping_for, check_adaptive_split,
-                                            dp_fedavg, dp_fedavg_record_level, dp_fedsgd)
-from fedjax_dp.algorithms.interface import FederatedAlgorithm
+from fedjax_dp.algorithms.dp_fedavg.algorithm import (adaptive_clipping_for,
+                                                      check_adaptive_split, dp_fedavg,
+                                                      dp_fedavg_record_level, dp_fedsgd)
+from fedjax_dp.algorithms.interface import FederatedAlgorithm, SmokeConfig
+from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
 from fedjax_dp.algorithms.options import FederatedOptions
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
@@ -166,22 +169,45 @@ class DpFedAvg(FederatedAlgorithm):
                             f"multiplier per client, got {path!r} (not found).",
                             option="client_noise_multipliers")
 
+  def audit_targets(self):
+    from fedjax_dp.algorithms.dp_fedavg import audit
+    return audit.targets()
+
+  def tiny_run_options(self):
+    return dict(TINY_SYNTHETIC_RUN, sampling_rate=0.5)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    return SmokeConfig(dict(clip_norm=1.0, noise_multiplier=0.1, clients_per_round=8,
+                            batch_size=5, client_learning_rate=0.3),
+                       check=user_level_check(0.1))
+
   def build(self, setup) -> Algorithm:
     o = setup.options
     kw = o.federated_kwargs(setup)
     if o.clip_norm == "adaptive":
       # Placeholder z 0 until the run sets it (`with_noise_multiplier` checks the split).
-      return dp_fedavg(setup.model, setup.data,
-                       noise_multiplier=0.0 if o.noise_multiplier is None
-                       else o.noise_multiplier, noise_placement=o.noise_placement,
-                       fedsgd=self.fedsgd, adaptive_clipping=self._adaptive(setup, kw),
-                       **kw)
+      return self.builder(setup.model, setup.data,
+                          noise_multiplier=0.0 if o.noise_multiplier is None
+                          else o.noise_multiplier, noise_placement=o.noise_placement,
+                          fedsgd=self.fedsgd, adaptive_clipping=self._adaptive(setup, kw),
+                          **kw, **self.builder_kwargs(o))
     z = 1.0 if o.noise_multiplier is None else o.noise_multiplier  # set by the run
     if o.client_noise_multipliers is not None:
       z = load_client_noise_multipliers(o.client_noise_multipliers,
                                         setup.data.num_clients)
-    return dp_fedavg(setup.model, setup.data, clip_norm=o.clip_norm, noise_multiplier=z,
-                     noise_placement=o.noise_placement, fedsgd=self.fedsgd, **kw)
+    return self.builder(setup.model, setup.data, clip_norm=o.clip_norm, noise_multiplier=z,
+                        noise_placement=o.noise_placement, fedsgd=self.fedsgd, **kw,
+                        **self.builder_kwargs(o))
+
+  #: The functional builder `build` calls with DP-FedAvg's keyword arguments: an
+  #: algorithm that composes its own stages with DP-FedAvg's privacy pipeline (e.g.
+  #: DP-FedProx) subclasses this plug-in and sets its builder and `builder_kwargs`.
+  builder = staticmethod(dp_fedavg)
+
+  def builder_kwargs(self, options) -> dict:
+    """The builder's own keyword arguments from ``options`` (its extra options).
+    Default: none."""
+    return {}
 
   def _adaptive(self, setup, kw) -> AdaptiveClipping:
     """The run's `AdaptiveClipping` (`adaptive_clipping_for`). The default count noise
@@ -257,6 +283,41 @@ class DpFedSgd(DpFedAvg):
   function = staticmethod(dp_fedsgd)
   fedsgd = True
 
+  def audit_targets(self):
+    """DP-FedAvg's: DP-FedSGD runs the same round (one full-batch local step)."""
+    return DpFedAvg.audit_targets(self)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    # k_max = N so that the same compiled round also runs with q = 1.
+    return SmokeConfig(dict(clip_norm=1.0, noise_multiplier=0.1, sampling_rate=0.5,
+                            k_max=federated_data.num_clients, client_learning_rate=0.5),
+                       check=user_level_check(0.1))
+
+
+def user_level_check(noise_multiplier: float) -> Callable:
+  """`SmokeConfig.check` of a user-level algorithm: what the ledger will compose is
+  what the rounds did (one DP step a round, the configured noise multiplier, the
+  round's sampling rate)."""
+  def check(alg, records, data) -> None:
+    assert alg.privacy.unit == "user-level", alg.privacy.unit
+    for r in records:
+      assert r["dp_steps"] == 1, r
+      np.testing.assert_allclose(r["noise_multiplier"], noise_multiplier, rtol=1e-6)
+      np.testing.assert_allclose(r["sampling_rate"], alg.hparams.sampling_rate, rtol=1e-6)
+  return check
+
+
+def _record_level_check(alg, records, data) -> None:
+  """`SmokeConfig.check` of `DpFedAvgRecordLevel.test_config`: the round's local DP-SGD
+  steps, z_r = 0.3, q_r = 0.5 (C_r = 1: noise std 0.3) are what it reports."""
+  assert alg.privacy.unit == "record-level", alg.privacy.unit
+  for r in records:
+    assert r["dp_steps"] == alg.config["local_dp_steps"] == 4, r
+    np.testing.assert_allclose(r["noise_multiplier"], 0.3, rtol=1e-6)
+    np.testing.assert_allclose(r["sampling_rate"], 0.5, rtol=1e-6)
+    np.testing.assert_allclose(r["noise_stddev"], 0.3, rtol=1e-6)
+    assert 0.0 <= r["example_clip_fraction"] <= 1.0, r
+
 
 @dataclasses.dataclass
 class RecordLevelOptions(FederatedOptions):
@@ -283,6 +344,18 @@ class DpFedAvgRecordLevel(FederatedAlgorithm):
   noise_multiplier_option = "record_noise_multiplier"
   default_noise_multiplier = 2.0
   function = staticmethod(dp_fedavg_record_level)
+
+  def audit_targets(self):
+    from fedjax_dp.algorithms.dp_fedavg import audit
+    return audit.record_level_targets()
+
+  def tiny_run_options(self):
+    return dict(TINY_SYNTHETIC_RUN, sampling_rate=0.5, local_steps=2)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    return SmokeConfig(dict(record_clip_norm=1.0, record_noise_multiplier=0.3,
+                            clients_per_round=8, local_steps=4, record_sampling_rate=0.5,
+                            client_learning_rate=0.3), check=_record_level_check)
 
   def validate(self, options, run) -> None:
     options.validate_federated()

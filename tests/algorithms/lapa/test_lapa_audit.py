@@ -37,6 +37,7 @@ import pytest
 
 from fedjax_dp import auditing
 from fedjax_dp.algorithms import audit_targets
+from fedjax_dp.algorithms.lapa import audit as lapa_audit
 from fedjax_dp.privacy import device_ledger
 
 UPLOADS = ("lapa/per_example", "lapa/aggregate")
@@ -47,7 +48,7 @@ KEYS = 20000
 
 
 def _target(name):
-  return next(t for t in audit_targets.TARGETS if t.name == name)
+  return audit_targets.target(name)
 
 
 def _c():
@@ -57,7 +58,7 @@ def _c():
 def _expected(name):
   """(sensitivity, artificial SD, paper's sensitivity) of an upload target, from its
   parameters and the paper's formulas (eqs. 18-19), not from the algorithm."""
-  p = audit_targets.PARAMS[name]
+  p = lapa_audit.PARAMS[name]
   b, c_norm = 3, 1.0
   paper = 2 * c_norm / b                                  # 2C/|D_i|, |D_i| = 3
   sigma = _c() * paper * p["rounds"] / p["epsilon_total"]
@@ -70,13 +71,13 @@ def _budget(name, sensitivity=None):
   (sensitivity / sigma)^2, times 1.001."""
   sens, sigma, _ = _expected(name)
   sens = sens if sensitivity is None else sensitivity
-  return audit_targets.PARAMS[name]["rounds"] * (sens / sigma) ** 2 * 1.001
+  return lapa_audit.PARAMS[name]["rounds"] * (sens / sigma) ** 2 * 1.001
 
 
 def _label_budget():
   """The label target's: one round at eps_T, provable calibration (z = c / eps_T), plus
   the label release's 1 / z_h^2."""
-  p = audit_targets.PARAMS[LABELS]
+  p = lapa_audit.PARAMS[LABELS]
   return (p["epsilon_total"] / _c()) ** 2 * 1.001 + p["label_noise_multiplier"] ** -2
 
 
@@ -139,6 +140,9 @@ def _canary_direction(setup):
 
 def test_targets_are_registered_with_their_breaks():
   assert [t.name for t in audit_targets.targets_for("lapa")] == list(NAMES)
+  # Issue 30: each device's upload and its label histogram are seen with their sender.
+  for name in ("lapa/per_example", "lapa/label_statistics"):
+    assert _target(name).build().observation == "attributable", name
   per_example, aggregate, labels = (_target(n) for n in NAMES)
   assert set(per_example.breaks) == {"none", "noise-half"}
   assert set(aggregate.breaks) == {"none", "noise-half", "paper-sensitivity"}
@@ -199,7 +203,7 @@ def test_the_canary_moves_the_label_release_by_its_sensitivity():
   With the paper's exact statistics the observation, and the Wasserstein weights, are
   deterministic and differ between the worlds."""
   target = _target(LABELS)
-  z_h = audit_targets.PARAMS[LABELS]["label_noise_multiplier"]
+  z_h = lapa_audit.PARAMS[LABELS]["label_noise_multiplier"]
   sigma_h = z_h * math.sqrt(2)
   setup = target.build()
   keys = jax.random.split(jax.random.key(5), 4000)

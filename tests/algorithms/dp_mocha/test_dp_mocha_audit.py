@@ -21,10 +21,11 @@ import pytest
 
 from fedjax_dp import auditing
 from fedjax_dp.algorithms import audit_targets
+from fedjax_dp.algorithms.dp_mocha import audit as dp_mocha_audit
 from fedjax_dp.algorithms.dp_mocha import mechanism
 from fedjax_dp.privacy import accountants
 
-P = audit_targets.PARAMS["dp_mocha"]
+P = dp_mocha_audit.PARAMS["dp_mocha"]
 REDUCED = dict(repetitions=3000, calibration=2000)
 
 
@@ -70,6 +71,7 @@ def test_target_is_registered_with_its_breaks():
   assert set(target.breaks) == {"none", "noise-half", "paper-sensitivity"}
   shipped, half = target.build(), target.build("noise-half")
   assert shipped.rounds == 1 and shipped.inclusion_prob == 1.0
+  assert shipped.observation == "attributable"  # the device's releases, with its name
   assert shipped.delta == audit_targets.DELTA
   # paper-sensitivity changes only the claim: it shares the shipped simulation.
   assert target.build("paper-sensitivity").simulation_key == shipped.simulation_key

@@ -1,6 +1,6 @@
 """DP-FedAvg and DP-FedSGD at user level, and the record-level (local DP-SGD) variant
 (the functional builders; their `fedjax-dp run` plug-ins are
-`fedjax_dp.algorithms.dp_fedavg_plugin`).
+`fedjax_dp.algorithms.dp_fedavg.plugin`).
 
 User level (McMahan, Ramage, Talwar, Zhang, "Learning Differentially Private Recurrent
 Language Models", ICLR 2018, Algorithm 1), per round t:
@@ -50,13 +50,14 @@ amplification by client sampling is conservatively NOT claimed.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 import optax
 
-from fedjax_dp.algorithms.base import Algorithm, PrivacySpec, require_learning_rates
-from fedjax_dp.federated import aggregation, server, sharding
+from fedjax_dp.algorithms.base import (Algorithm, PerClientPrivacySpec, PrivacySpec,
+                                       require_learning_rates)
+from fedjax_dp.federated import aggregation, engine, server, sharding, stages
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, init_mechanism_state,
                                        make_round, round_observation, round_relation)
@@ -267,7 +268,10 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
               population_weight: Optional[float] = None, client_update=None,
               chunk_size: Optional[int] = None, mesh=None,
               adaptive_clipping: Optional[AdaptiveClipping] = None,
-              observed_client: Optional[int] = None) -> Algorithm:
+              observed_client: Optional[int] = None,
+              client_stage: Optional[Callable] = None,
+              server_stage: Optional[Callable] = None,
+              algorithm_hparams: Optional[dict] = None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -322,6 +326,17 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
     observed_client: with local noise, a population client id whose upload the round
       also returns as the server receives it (``RoundConfig.observed_client``), for
       canary audits of attributable uploads; None otherwise.
+    client_stage: ``client_stage(trainer) -> ClientStage``
+      (`fedjax_dp.federated.stages`), or None for FedAvg's local training: an
+      algorithm's own client work composed with this privacy pipeline (DP-FedProx's
+      proximal objective, DP-SCAFFOLD's control variates). ``trainer(grad_correction)``
+      is `make_client_update` with these local-work arguments, or ``client_update``
+      when given (a crafted client, e.g. a canary's, which ignores the correction).
+      Not with ``fedsgd``.
+    server_stage: ``server_stage(server_optimizer) -> ServerStage``, or None for the
+      optax server step (`fedjax_dp.federated.stages.optax_server`).
+    algorithm_hparams: the algorithm's own per-round hyper-parameters
+      (``RoundHParams.algorithm``: a dict of float32 scalars), or None.
 
   Returns:
     An `Algorithm`. With ``adaptive_clipping`` its initial state carries the clip norm
@@ -354,10 +369,20 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
   local_epochs, local_steps = _local_work(local_epochs, local_steps)
   if fedsgd:
     local_epochs, local_steps, batch_size = None, 1, data.max_examples
-  client = client_update or make_client_update(
-      model, _client_optimizer(client_optimizer, client_learning_rate),
-      batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
-      local_steps=local_steps)
+  if client_stage is not None and fedsgd:
+    raise FedJaxDpError("client_stage replaces local training: give it without fedsgd.",
+                        option="client_stage")
+
+  def trainer(grad_correction=None):
+    if client_update is not None:  # a crafted client (audits): no local objective
+      return lambda params, x, y, count, key, hp, context=None: client_update(
+          params, x, y, count, key, hp)
+    return make_client_update(
+        model, _client_optimizer(client_optimizer, client_learning_rate),
+        batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
+        local_steps=local_steps, grad_correction=grad_correction)
+
+  client = client_update or trainer()
   config = RoundConfig(
       clip_updates=True, noise=noise_placement, weighting=weighting, denominator="expected",
       data_size_cap=data_size_cap,
@@ -367,7 +392,9 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                          check_positive("population_weight", population_weight)),
       chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client)
   server_opt = _server_optimizer(server_optimizer, server_learning_rate)
-  round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
+  round_fn, init_state = _compose(client, samp, server_opt, config, mesh, data.num_clients,
+                                  client_stage and client_stage(trainer),
+                                  server_stage and server_stage(server_opt))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
   relation = round_relation(samp, config)
   event_scale = clip_norm / sensitivity.sum_sensitivity(clip_norm, relation)
@@ -389,26 +416,23 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
     note = ADAPTIVE_NOTE
     extra_config = dict(clip_norm="adaptive", **adaptive_config(adaptive),
                         count_noise_multiplier=z_count)
-  privacy = PrivacySpec(
+  # Per-client noise multipliers: the per-client statement, over every client.
+  per_client_fields = dict(num_clients=data.num_clients) if per_client else {}
+  privacy = (PerClientPrivacySpec if per_client else PrivacySpec)(
       "user-level", relation, samp.kind,
       sampling_rate=samp.sampling_rate, observation=observation,
       population_size=samp.population_size if samp.kind == "fixed_size" else None,
       cohort_size=samp.k_max if samp.kind == "fixed_size" else None,
       truncation=_cohort_truncation(samp),
       event_scale=event_scale,
-      per_client=per_client, num_clients=data.num_clients if per_client else None,
+      **per_client_fields,
       clip_norm=None if adaptive is not None else clip_norm, clipped=clipped, note=note)
 
-  def init(key):
-    params = model.init(key)
-    return sharding.replicate(server.init_server_state(
-        params, server_opt, init_mechanism_state(config, params)), mesh)
-
   return Algorithm(
-      name=name, round_fn=round_fn, init=init,
+      name=name, round_fn=round_fn, init=lambda key: init_state(model.init(key)),
       hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
-                           server_learning_rate),
+                           server_learning_rate, algorithm=algorithm_hparams),
       privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate,
       config={**dict(clip_norm=clip_norm, noise_multiplier=(
                          noise_multiplier.tolist() if per_client else noise_multiplier),
@@ -421,6 +445,34 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                      server_optimizer=server_optimizer,
                      server_learning_rate=server_learning_rate, weighting=weighting,
                      data_size_cap=data_size_cap), **extra_config})
+
+
+def _compose(client_update, samp, server_opt, config: RoundConfig, mesh, num_clients: int,
+             client_stage=None, server_stage=None):
+  """The round and its initial state from engine stages: ``client_stage`` (else the
+  stateless FedAvg client around ``client_update``) and ``server_stage`` (else the optax
+  server step) composed by the engine with ``config``'s privacy pipeline.
+
+  Returns:
+    ``(round_fn, init_state)`` with ``init_state(params) -> ServerState`` (replicated
+    over ``mesh``; per-client states ``[num_clients, ...]`` when the client has any).
+  """
+  if client_stage is None and server_stage is None:  # FedAvg's own (make_round)
+    round_fn = make_round(client_update, samp, server_opt, config, mesh=mesh)
+    server_init = server_opt
+  else:
+    client_stage = client_stage or stages.stateless_client(client_update)
+    server_stage = server_stage or stages.optax_server(server_opt)
+    round_fn = engine.make_engine_round(client_stage, samp, server_stage, config, mesh=mesh)
+    server_init = server_stage
+
+  def init_state(params):
+    return sharding.replicate(server.init_server_state(
+        params, server_init, init_mechanism_state(config, params),
+        () if client_stage is None else
+        stages.init_client_states(client_stage, params, num_clients)), mesh)
+
+  return require_learning_rates(round_fn), init_state
 
 
 def dp_fedsgd(model, data, **kwargs) -> Algorithm:

@@ -13,10 +13,11 @@ from __future__ import annotations
 from typing import Optional
 
 from fedjax_dp.algorithms.base import Algorithm, require_learning_rates
-from fedjax_dp.algorithms.interface import FederatedAlgorithm
+from fedjax_dp.algorithms.interface import FederatedAlgorithm, SmokeConfig
+from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
 from fedjax_dp.algorithms.options import FederatedOptions
-from fedjax_dp.algorithms.dp_fedavg import (_client_optimizer, _local_work, _sampler,
-                                            _server_optimizer)
+from fedjax_dp.algorithms.dp_fedavg.algorithm import (_client_optimizer, _local_work,
+                                                      _sampler, _server_optimizer)
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
@@ -74,5 +75,18 @@ class FedAvg(FederatedAlgorithm):
   def validate(self, options, run) -> None:
     options.validate_federated()
 
+  def tiny_run_options(self):
+    return dict(TINY_SYNTHETIC_RUN)
+
+  def test_config(self, model, federated_data) -> SmokeConfig:
+    return SmokeConfig(dict(clients_per_round=8, batch_size=5, client_learning_rate=0.3),
+                       check=_no_noise_check)
+
   def build(self, setup) -> Algorithm:
     return fedavg(setup.model, setup.data, **setup.options.federated_kwargs(setup))
+
+
+def _no_noise_check(alg, records, data) -> None:
+  """`SmokeConfig.check` of FedAvg: no `PrivacySpec`, no noise in any round."""
+  assert alg.privacy is None, alg.privacy
+  assert all(r["noise_multiplier"] == 0.0 and r["noise_stddev"] == 0.0 for r in records)
