@@ -3,8 +3,8 @@
 Two measurements, each printing one JSON record (section "dpsgd" of `benchmarks.run`):
 
 ``--workload dpsgd_mlp|dpsgd_cnn``: federated record-level DP-SGD with the public
-algorithm `fedjax_dp.algorithms.dp_fedavg_record_level` (every client of the population
-in every round: fixed-size cohort of all ``num_clients``; ``local_steps`` local DP-SGD
+algorithm `fedjax_dp.algorithms.dp_fedavg.dp_fedavg_record_level` (every client of the
+population in every round: fixed-size cohort of all ``num_clients``; ``local_steps`` local DP-SGD
 steps with Poisson rate ``record_sampling_rate``, clip ``clip_norm``, noise
 ``noise_multiplier``, divided by the public expected batch; uniform server average,
 server lr 1), on the same synthetic examples as the peers. The round is built once and
@@ -53,7 +53,7 @@ def versions():
 def build(w, mesh=None, chunk_size=None):
   """(algorithm, device population) for DP-SGD workload ``w``."""
   import jax.numpy as jnp
-  from fedjax_dp.algorithms import dp_fedavg_record_level
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg_record_level
   from fedjax_dp.data.federated_data import from_client_lists
   from fedjax_dp.federated import PopulationData
 

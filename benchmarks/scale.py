@@ -30,7 +30,7 @@ def worker(k: int, rounds: int, population: int, chunk_size=None) -> dict:
   """One cohort size, in this process."""
   import jax
   import numpy as np
-  from fedjax_dp.algorithms import dp_fedavg
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
   from fedjax_dp.federated import make_block_fn, make_pooled_population, sharding
   from fedjax_dp.federated.driver import constant_schedule
   from fedjax_dp.models import create_model

@@ -26,7 +26,7 @@ from benchmarks import common, workloads
 def build(w, chunk_size=None, mesh=None):
   """(algorithm, device population) for workload ``w``."""
   import jax.numpy as jnp
-  from fedjax_dp.algorithms import dp_fedavg
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
   from fedjax_dp.federated import PopulationData
 
   fd, model = workloads.federated_data_and_model(w)

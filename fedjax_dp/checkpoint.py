@@ -14,11 +14,15 @@ previous checkpoint intact and readable; the newest complete step is the one res
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import orbax.checkpoint as ocp
 
 from fedjax_dp.validation import FedJaxDpError
+
+__all__ = [
+    "RunCheckpointer",
+]
 
 
 class RunCheckpointer:
@@ -41,6 +45,19 @@ class RunCheckpointer:
     """The newest complete checkpoint's ``rounds_done``, or None."""
     self._manager.reload()
     return self._manager.latest_step()
+
+  def steps(self) -> List[int]:
+    """Every complete checkpoint's ``rounds_done``, oldest first."""
+    self._manager.reload()
+    return sorted(int(s) for s in self._manager.all_steps())
+
+  def drop_after(self, step: int) -> None:
+    """Deletes the complete checkpoints after ``step`` (a sweep resumed from an
+    earlier round that all its members reached writes them again; a manager skips
+    saving a step at or below its newest)."""
+    for s in self.steps():
+      if s > step:
+        self._manager.delete(s)
 
   def restore_meta(self, step: Optional[int] = None) -> Dict[str, Any]:
     """The metadata of checkpoint ``step`` (default: the newest).

@@ -22,18 +22,9 @@ from typing import Dict, List, Optional
 
 from fedjax_dp.validation import FedJaxDpError
 
-def _flags(cls: type) -> Dict[str, List[str]]:
-  """``{field: [its flags]}`` of a dataclass's fields as tyro spells them (dashes for
-  underscores, ``--no-X`` for booleans, declared aliases)."""
-  from fedjax_dp.runs.config import flag_aliases
-  out: Dict[str, List[str]] = {}
-  for f in dataclasses.fields(cls):
-    flag = "--" + f.name.replace("_", "-")
-    out[f.name] = [flag, "--no-" + f.name.replace("_", "-")]
-  for alias, name in flag_aliases(cls).items():
-    out[name].append("--" + alias.replace("_", "-"))
-  return out
-
+__all__ = [
+    "CommandLineOptions", "DistributedOptions", "parse_run_args", "build_parser", "main",
+]
 
 def _typed(argv: List[str], flags: Dict[str, List[str]]) -> Dict[str, str]:
   """``{field: the flag typed}`` of the options given in ``argv``."""
@@ -43,12 +34,6 @@ def _typed(argv: List[str], flags: Dict[str, List[str]]) -> Dict[str, str]:
       if any(tok == f or tok.startswith(f + "=") for f in fl):
         out[name] = tok.split("=", 1)[0]
   return out
-
-
-def _flag_value(argv: List[str], flag: str) -> Optional[str]:
-  """The value of the last ``flag`` in ``argv`` (`fedjax_dp.runs.config.flag_value`)."""
-  from fedjax_dp.runs.config import flag_value
-  return flag_value(argv, flag)
 
 
 @dataclasses.dataclass
@@ -155,7 +140,9 @@ def _help_registry(classes):
     finally:
       busy.discard(info.type)
     if not isinstance(spec, tyro.constructors.StructConstructorSpec):
-      return spec
+      # None (not a struct); tyro's rules may not return its InvalidDefaultInstanceError,
+      # and cannot get one here: get_struct_spec checks the default before any rule.
+      return None
     fields = []
     for f in spec.fields:
       hint = typing.get_args(f.type)[0] if typing.get_origin(f.type) is typing.Annotated \
@@ -164,7 +151,9 @@ def _help_registry(classes):
       if text:  # a docstring's line breaks are not the terminal's
         text = "\n\n".join(" ".join(p.split()) for p in text.split("\n\n"))
       shown = _default_display(f.name, hint, f.default)
-      markers = [tyro.conf.FlagCreatePairsOff] if f.name.startswith("no_") else []
+      markers: List[object] = []  # tyro's markers and `tyro.conf.arg`s of the field
+      if f.name.startswith("no_"):
+        markers.append(tyro.conf.FlagCreatePairsOff)
       if shown is None and text and _STATED_DEFAULT.search(text):
         shown = ""  # the docstring says it
       if shown is not None:
@@ -179,6 +168,7 @@ def _help_registry(classes):
 def _elsewhere(argv: List[str], flags: Dict[str, List[str]], algorithm: str) -> str:
   """For flags typed that ``algorithm`` does not have: which algorithms do."""
   from fedjax_dp.algorithms import registry
+  from fedjax_dp.runs.config import option_flags
   known = {f for fl in flags.values() for f in fl}
   notes = []
   for tok in argv:
@@ -186,7 +176,7 @@ def _elsewhere(argv: List[str], flags: Dict[str, List[str]], algorithm: str) -> 
     if not flag.startswith("--") or flag in known:
       continue
     owners = [a.name for a in registry.REGISTRY.values()
-              if any(flag in fl for fl in _flags(a.Options).values())]
+              if any(flag in fl for fl in option_flags(a.Options).values())]
     if owners:
       notes.append(f"{flag} is an option of {', '.join(owners)}, not of {algorithm}")
   if not notes:
@@ -218,20 +208,18 @@ def parse_run_args(argv: List[str]):
   import typing
   import tyro
   from fedjax_dp.algorithms import registry
-  from fedjax_dp.runs.config import RunConfig, load_config_file
-  table: Dict = {}
-  config_path = _flag_value(argv, "--config")
-  if config_path:
-    table = load_config_file(config_path)
-  algorithm = _flag_value(argv, "--algorithm") or table.get("algorithm", registry.DEFAULT)
+  from fedjax_dp.runs.config import (RunConfig, command_line_algorithm, flag_value,
+                                     option_flags)
+  config_path = flag_value(argv, "--config")
+  algorithm, table = command_line_algorithm(argv)
   if algorithm not in registry.REGISTRY:
     close = difflib.get_close_matches(str(algorithm), registry.names(), n=1)
     raise _CommandLineError(
         f"argument --algorithm: invalid choice {algorithm!r}; expected one of "
         f"{', '.join(registry.names())}" + (f" (did you mean {close[0]}?)" if close else ""))
   plugin = registry.get(algorithm)
-  flags = {**_flags(RunConfig), **_flags(plugin.Options), **_flags(CommandLineOptions),
-           **_flags(DistributedOptions)}
+  flags = {**option_flags(RunConfig), **option_flags(plugin.Options),
+           **option_flags(CommandLineOptions), **option_flags(DistributedOptions)}
   typed = _typed(argv, flags)
   for a, b in getattr(plugin.Options, "EXCLUSIVE", ()):
     for one, other in ((a, b), (b, a)):
@@ -400,21 +388,23 @@ def _cmd_audit(args) -> int:
   import jax
   reps = check_int("repetitions", args.repetitions, minimum=100)
   cal = check_int("calibration", args.calibration, minimum=100)
+  # Every registered algorithm's own targets (its plug-in's audit_targets hook).
+  every = audit_targets.all_targets()
   if args.list:
-    for t in audit_targets.TARGETS:
+    for t in every:
       print(f"{t.name:40s} {t.mechanism}")
       for b, what in t.breaks.items():
         print(f"{'':42s}--break {b}: {what}")
     return 0
   if args.algorithm == "all":
-    targets = list(audit_targets.TARGETS)
+    targets = every
   else:
     targets = audit_targets.targets_for(args.algorithm)
   if args.target:
     targets = [t for t in targets if t.name == args.target]
     if not targets:
-      raise FedJaxDpError(f"target must be one of "
-                          f"{[t.name for t in audit_targets.TARGETS]}, got {args.target!r}.")
+      raise FedJaxDpError(f"target must be one of {[t.name for t in every]}, got "
+                          f"{args.target!r}.")
   cache, unexpected = {}, 0
   print(f"canary audits: {reps} scored repetitions per world (+{cal} to fix the test), "
         f"delta {audit_targets.DELTA:g}, 95% confidence; claimed = the code's epsilon (PLD "
@@ -575,7 +565,7 @@ def _unknown_command(parser: argparse.ArgumentParser, word: List[str]) -> Option
   if not word or word[0].startswith("-"):
     return None
   commands = [name for a in parser._actions  # pylint: disable=protected-access
-              if isinstance(getattr(a, "choices", None), dict) for name in a.choices]
+              if isinstance(a.choices, dict) for name in a.choices]
   if not commands or word[0] in commands:
     return None
   close = difflib.get_close_matches(word[0], commands, n=1)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from fedjax_dp.algorithms import dp_fedavg, dp_fedavg_record_level, fedavg
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg, dp_fedavg_record_level, fedavg
 from fedjax_dp.data import partition
 from fedjax_dp.federated import make_pooled_population
 from fedjax_dp.federated.client import DpSgdConfig, make_client_update

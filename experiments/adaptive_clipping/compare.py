@@ -45,7 +45,7 @@ from typing import Any, Dict, List, Optional, Sequence
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from fedjax_dp.algorithms.dp_fedavg_plugin import DpFedAvgOptions  # noqa: E402
+from fedjax_dp.algorithms.dp_fedavg.plugin import DpFedAvgOptions  # noqa: E402
 from fedjax_dp.runs import RunConfig, json_safe  # noqa: E402
 from fedjax_dp.runs.sweep import run_sweep  # noqa: E402
 
@@ -95,7 +95,7 @@ def verdict(best_mean: float, best_std: Optional[float], adaptive_mean: float,
 
 
 #: The paper's clip-norm learning rate (Andrew et al. 2021, Sec. 4), pinned here: the
-#: command line's default is lower (`fedjax_dp.algorithms.dp_fedavg_plugin.ADAPTIVE_DEFAULTS`).
+#: command line's default is lower (`fedjax_dp.algorithms.dp_fedavg.plugin.ADAPTIVE_DEFAULTS`).
 PAPER_ADAPTIVE = dict(clip_learning_rate=0.2)
 
 

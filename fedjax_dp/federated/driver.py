@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from typing import Any, Callable, Dict, List, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +23,7 @@ from fedjax_dp.federated.population import check_population
 from fedjax_dp.federated.round import PopulationData, RoundHParams, RoundMetrics
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.privacy import disclosure
+from fedjax_dp.privacy.ledger_protocol import Ledger, PrivacyReport
 from fedjax_dp.privacy.multi_release import (RELEASE_METRICS, check_release_name,
                                              release_field)
 from fedjax_dp.validation import FedJaxDpError, check_int
@@ -101,6 +102,13 @@ def _eval_fn(model) -> Callable:
     return jnp.sum(losses) / total, jnp.sum(corrects) / total
 
   return fn
+
+
+def device_eval_fn(model) -> Callable:
+  """The ``fn`` of `make_device_evaluator` for ``model``, without a test set: e.g. to
+  evaluate several models of one architecture (a sweep's) on one test set placed once
+  (``evaluator._replace(fn=device_eval_fn(model))``)."""
+  return _eval_fn(model)
 
 
 def _padded_test_set(x, y, batch_size: int):
@@ -231,48 +239,113 @@ def metrics_to_records(metrics: RoundMetrics) -> List[Dict[str, Any]]:
   return [{k: _host_value(v[i]) for k, v in host.items()} for i in range(length)]
 
 
-# Schedule leaves (by field name): what each round may hold, and whether +inf is allowed
-# (a clip norm of inf means "no clipping", as the non-private algorithms set it).
+class ScheduleBound(NamedTuple):
+  """What one per-round hyper-parameter may hold (`check_schedule`).
+
+  Attributes:
+    allowed: the allowed values in words, for the error (e.g. ``"in (0, 1]"``).
+    ok: ``ok(v) -> bool array``, elementwise on a float64 array (NaN never reaches it).
+    allow_inf: whether +inf passes (a clip norm of inf means "no clipping", as the
+      non-private algorithms set it).
+  """
+  allowed: str
+  ok: Callable[[np.ndarray], np.ndarray]
+  allow_inf: bool = False
+
+
+#: The common bounds, for the engine's table below and algorithms' `schedule_bounds`.
+NON_NEGATIVE = ScheduleBound(">= 0", lambda v: v >= 0)
+POSITIVE = ScheduleBound("> 0", lambda v: v > 0)
+PROBABILITY = ScheduleBound("in (0, 1]", lambda v: (v > 0) & (v <= 1))
+CLIP_NORM = ScheduleBound("> 0 (inf: no clipping)", lambda v: v > 0, True)
+
+# The engine's schedule leaves (`RoundHParams` and `ClientHParams` fields, by name): what
+# each round may hold. An algorithm's own hyper-parameter fields are bounded by its
+# plug-in (`fedjax_dp.algorithms.interface.FederatedAlgorithm.schedule_bounds`), passed
+# to `check_schedule` / `run_rounds` as ``bounds`` / ``schedule_bounds``.
 _SCHEDULE_BOUNDS = {
-    "noise_multiplier": (">= 0", lambda v: v >= 0, False),
-    "record_noise_multiplier": (">= 0", lambda v: v >= 0, False),
-    "clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
-    "record_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
-    "learning_rate": ("> 0", lambda v: v > 0, False),
-    "server_learning_rate": ("> 0", lambda v: v > 0, False),
-    "sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
-    "record_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
-    "param_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
-    "final_param_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
-    "prox_mu": (">= 0", lambda v: v >= 0, False),
-    "server_noise_stddev": (">= 0", lambda v: v >= 0, False),
-    "noise_stddev": (">= 0", lambda v: v >= 0, False),
-    "sensitivity": ("> 0", lambda v: v > 0, False),
-    "record_denominator": ("> 0", lambda v: v > 0, False),
-    "grad_clip_norm": ("> 0 (inf: no clipping)", lambda v: v > 0, True),
-    "client_weights": ("in [0, 1]", lambda v: (v >= 0) & (v <= 1), False),
-    # several releases per round (paper 003's two stages)
-    "query_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
-    "support_sampling_rate": ("in (0, 1]", lambda v: (v > 0) & (v <= 1), False),
-    "inner_learning_rate": ("> 0", lambda v: v > 0, False),
-    "outer_learning_rate": ("> 0", lambda v: v > 0, False),
+    "noise_multiplier": NON_NEGATIVE,
+    "record_noise_multiplier": NON_NEGATIVE,
+    "clip_norm": CLIP_NORM,
+    "record_clip_norm": CLIP_NORM,
+    "learning_rate": POSITIVE,
+    "server_learning_rate": POSITIVE,
+    "sampling_rate": PROBABILITY,
+    "record_sampling_rate": PROBABILITY,
+    "param_clip_norm": CLIP_NORM,
+    "final_param_clip_norm": CLIP_NORM,
+    "prox_mu": NON_NEGATIVE,
+    "server_noise_stddev": NON_NEGATIVE,
+    "noise_stddev": NON_NEGATIVE,
+    "sensitivity": POSITIVE,
+    "record_denominator": POSITIVE,
+    "grad_clip_norm": CLIP_NORM,
+    "client_weights": ScheduleBound("in [0, 1]", lambda v: (v >= 0) & (v <= 1)),
 }
 
 
-def check_schedule(schedule: Any) -> None:
-  """Every per-round hyper-parameter must be finite (clip norms may be +inf: no
-  clipping), and those named in ``_SCHEDULE_BOUNDS`` (noise multipliers >= 0, clip
-  norms and learning rates > 0, sampling rates in (0, 1]) within range in every round.
+def _schedule_bounds(bounds: Optional[Mapping[str, ScheduleBound]]
+                     ) -> Dict[str, ScheduleBound]:
+  """The engine's bounds plus an algorithm's ``bounds`` for its own fields.
 
   Raises:
-    FedJaxDpError: naming the leaf, the first offending entry and its value.
+    FedJaxDpError: ``bounds`` not a mapping of names to `ScheduleBound`-like
+      ``(allowed, ok, allow_inf)``, or naming an engine field (the engine bounds those).
   """
+  if bounds is None:
+    return _SCHEDULE_BOUNDS
+  if not hasattr(bounds, "items"):
+    raise FedJaxDpError(f"schedule bounds must be a mapping {{field: ScheduleBound}}, got "
+                        f"{type(bounds).__name__}.")
+  out = dict(_SCHEDULE_BOUNDS)
+  for name, bound in bounds.items():
+    if name in _SCHEDULE_BOUNDS:
+      raise FedJaxDpError(f"schedule bounds may only name an algorithm's own fields; "
+                          f"{name!r} is the engine's (bounded "
+                          f"{_SCHEDULE_BOUNDS[name].allowed}).")
+    if not (isinstance(bound, tuple) and len(bound) == 3 and callable(bound[1])):
+      raise FedJaxDpError(f"schedule bound of {name!r} must be a ScheduleBound(allowed, "
+                          f"ok, allow_inf), got {bound!r}.")
+    out[name] = ScheduleBound(*bound)
+  return out
+
+
+def _field_name(path) -> str:
+  """A schedule leaf's field: the innermost attribute or dict key on its path (a
+  ``RoundHParams.client.learning_rate`` leaf is ``learning_rate``, an entry of a dict of
+  an algorithm's own hyper-parameters its key)."""
+  for k in reversed(path):
+    if isinstance(k, jax.tree_util.GetAttrKey):
+      return k.name
+    if isinstance(k, jax.tree_util.DictKey):
+      return str(k.key)
+  return ""
+
+
+def check_schedule(schedule: Any,
+                   bounds: Optional[Mapping[str, ScheduleBound]] = None) -> None:
+  """Every per-round hyper-parameter must be finite (clip norms may be +inf: no
+  clipping), and those the engine bounds (``_SCHEDULE_BOUNDS``: noise multipliers >= 0,
+  clip norms and learning rates > 0, sampling rates in (0, 1], ...) or ``bounds`` names
+  within range in every round.
+
+  Args:
+    schedule: a pytree (`RoundHParams` or an algorithm's own hyper-parameters) of
+      ``[rounds, ...]`` leaves; a leaf is named by its last field name.
+    bounds: ``{field: ScheduleBound}`` for the algorithm's own fields (its plug-in's
+      `schedule_bounds`), or None.
+
+  Raises:
+    FedJaxDpError: naming the leaf, the first offending entry and its value; or bad
+      ``bounds`` (see `_schedule_bounds`).
+  """
+  table = _schedule_bounds(bounds)
   leaves, _ = jax.tree_util.tree_flatten_with_path(schedule)
   for path, leaf in leaves:
     name = jax.tree_util.keystr(path)
-    field = name.rsplit(".", 1)[-1].strip("[]'\"")
+    field = _field_name(path)
     v = np.asarray(leaf, np.float64)
-    allowed, ok, allow_inf = _SCHEDULE_BOUNDS.get(field, ("finite", None, False))
+    allowed, ok, allow_inf = table.get(field, ("finite", None, False))
     bad = np.isnan(v) | (np.isinf(v) & ~(allow_inf & (v > 0)))
     if ok is not None:
       bad |= ~ok(np.nan_to_num(v, nan=-1.0, posinf=1.0))
@@ -282,64 +355,67 @@ def check_schedule(schedule: Any) -> None:
                           f"is {float(np.ravel(v)[i])!r}.")
 
 
-def _record_block(ledger, block: List[Dict[str, Any]], client_z: Any,
-                  releases: Any) -> np.ndarray:
-  """Records a block's rounds in ``ledger``; returns the epsilon after each.
-
-  A round that reports ``releases`` is recorded from its per-release fields into a
-  `fedjax_dp.privacy.multi_release.MultiReleaseLedger` (recognised by its
-  ``release_names``); any other round from its (noise_multiplier, sampling_rate,
-  dp_steps) (or its per-client noise multipliers).
-
-  Raises:
-    FedJaxDpError: a round with releases and a ledger without, or the reverse.
-  """
-  multi = hasattr(ledger, "release_names")
-  if releases is not None and not multi:
-    raise FedJaxDpError(
-        f"the round reports several releases (RoundMetrics.releases: {sorted(releases)}): "
-        "account with a fedjax_dp.privacy.multi_release.MultiReleaseLedger "
-        "(PrivacySpec(releases=...).make_ledger); a "
-        f"{type(ledger).__name__} would only see the round's summary numbers.")
-  if multi and releases is None:
-    raise FedJaxDpError(
-        f"ledger is a {type(ledger).__name__} of the releases {list(ledger.release_names)}, "
-        "but the round reports no RoundMetrics.releases: account a round with one "
-        "release with a fedjax_dp.privacy.ledger.PrivacyLedger, or make the round "
-        "report its releases.")
-  if multi:
-    def column(metric):
-      return {n: [r[release_field(n, metric)] for r in block] for n in releases}
-    return ledger.record_many(column("noise_multiplier"), column("sampling_rate"),
-                              column("dp_steps"))
-  z_block = (np.asarray(client_z, np.float64) if client_z is not None
-             else [r["noise_multiplier"] for r in block])
-  return ledger.record_many(z_block, [r["sampling_rate"] for r in block],
-                            [r["dp_steps"] for r in block])
-
-
-def account_block(ledger, block: List[Dict[str, Any]], metrics: RoundMetrics) -> None:
+def account_block(ledger: Ledger, block: List[Dict[str, Any]],
+                  metrics: RoundMetrics) -> None:
   """Composes a compiled block's rounds in ``ledger`` and puts the epsilon after each
   round into its record (``record["epsilon"]``): the one ledger feed of runs and sweeps.
 
+  The ledger records `PrivacyReport.from_metrics` of the block (each round's noise
+  multiplier, sampling rate and steps; per-client noise multipliers and per-release
+  fields where the rounds report them) through the `Ledger` protocol; the ledger refuses
+  what it cannot compose.
+
   Args:
-    ledger: the run's ledger.
+    ledger: the run's ledger (`fedjax_dp.privacy.ledger_protocol.Ledger`).
     block: the block's records (`metrics_to_records`), updated in place.
     metrics: the block's `RoundMetrics` (leaves ``[rounds]``).
 
   Raises:
     FedJaxDpError: the rounds report what ``ledger`` cannot compose (per-client noise
-      multipliers, several releases, or the reverse).
+      multipliers, several releases, or the reverse; the message names the ledger to
+      use).
   """
-  client_z = metrics.client_noise_multipliers
-  if client_z is not None and not hasattr(ledger, "num_clients"):
-    raise FedJaxDpError(
-        "the round reports per-client noise multipliers: account with a "
-        "fedjax_dp.privacy.per_client.PerClientLedger (a PrivacyLedger would only "
-        "see one number per round).")
-  eps = _record_block(ledger, block, client_z, metrics.releases)
+  eps = ledger.record(PrivacyReport.from_metrics(metrics))
   for r, e in zip(block, eps):
     r["epsilon"] = float(e)
+
+
+def block_records(metrics: RoundMetrics, ledger=None, evals: Any = None,
+                  eval_mask: Any = None, names: tuple = ("loss", "accuracy"),
+                  label: str = "") -> List[Dict[str, Any]]:
+  """A compiled block's outputs -> one record per round: the `RoundMetrics` fields
+  (`metrics_to_records`), ``test_<name>`` on the rounds ``eval_mask`` marks (from
+  ``evals``, one ``[L]`` array per name), and with a ``ledger`` the rounds composed in
+  it (``epsilon`` after each, `account_block`); warns when a Poisson cohort overflowed
+  ``k_max`` (``label`` prefixes the warning). What `run_rounds` and the run driver
+  (`fedjax_dp.runs.session`) make of every block.
+
+  Args:
+    metrics: the block's `RoundMetrics` (leaves ``[L, ...]``, device or host arrays).
+    ledger: the run's ledger, or None (non-private).
+    evals: the evaluation values (``[L]`` each, NaN where not evaluated), or None.
+    eval_mask: bool ``[L]``: the evaluated rounds (with ``evals``).
+    names: the evaluation values' names.
+    label: names the run in the warning (a sweep's member), or ``""``.
+
+  Raises:
+    FedJaxDpError: as `metrics_to_records` and `account_block`.
+  """
+  block = metrics_to_records(metrics)
+  if evals is not None:
+    evals = [np.asarray(v) for v in evals]
+    for i, (r, do) in enumerate(zip(block, eval_mask)):
+      if do:
+        r.update({f"test_{name}": float(v[i]) for name, v in zip(names, evals)})
+  if ledger is not None:
+    account_block(ledger, block, metrics)
+  truncated = sum(r["num_truncated"] for r in block)
+  if truncated:
+    warnings.warn(
+        f"{label + ': ' if label else ''}Poisson cohort overflowed k_max in this block: "
+        f"{truncated} sampled clients were dropped (recorded as num_truncated). "
+        "Increase k_max.", RuntimeWarning)
+  return block
 
 
 def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
@@ -350,7 +426,8 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
                device_evaluator: Optional[DeviceEvaluator] = None,
                on_round: Optional[Callable[[Dict[str, Any]], None]] = None,
                block_fn: Optional[Callable] = None,
-               on_block: Optional[Callable[[ServerState, int], None]] = None):
+               on_block: Optional[Callable[[ServerState, int], None]] = None,
+               schedule_bounds: Optional[Dict[str, ScheduleBound]] = None):
   """Runs ``rounds`` rounds in jitted blocks and streams one record per round.
 
   Args:
@@ -363,9 +440,10 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     root_key: the run's root PRNG key.
     rounds: number of rounds (>= 1).
     block_size: rounds per compiled block (evaluation happens at block ends).
-    ledger: a `fedjax_dp.privacy.ledger.PrivacyLedger` or None; each round's
-      (noise_multiplier, sampling_rate, dp_steps) are recorded and the RDP epsilon
-      after the round is put in its record. A round with per-client noise multipliers
+    ledger: a `fedjax_dp.privacy.ledger_protocol.Ledger` (e.g. a
+      `fedjax_dp.privacy.ledger.PrivacyLedger`) or None; each block's rounds are
+      recorded (`account_block`) and the RDP epsilon after each round is put in its
+      record. A round with per-client noise multipliers
       (`RoundMetrics.client_noise_multipliers`) needs a
       `fedjax_dp.privacy.per_client.PerClientLedger`, which accounts for every client
       in every round; the record's epsilon is then the worst client's. A round with
@@ -383,6 +461,9 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     block_fn: a precompiled `make_block_fn(round_fn)` to reuse across calls.
     on_block: ``on_block(state, rounds_done)`` after each block's records were handed
       to ``on_round`` (e.g. to checkpoint).
+    schedule_bounds: ``{field: ScheduleBound}`` of the algorithm's own hyper-parameter
+      fields (its plug-in's `FederatedAlgorithm.schedule_bounds`), checked with the
+      engine's (`check_schedule`); None: the engine's fields only.
 
   Returns:
     ``(state, records)``; each record has the `RoundMetrics` fields plus
@@ -416,7 +497,7 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
         f"schedule must have at least rounds={rounds} entries per leaf, got {sorted(lengths)}.")
   if evaluate is not None and device_evaluator is not None:
     raise FedJaxDpError("give at most one of evaluate and device_evaluator.")
-  check_schedule(schedule)
+  check_schedule(schedule, schedule_bounds)
   check_population(data)
   block_fn = block_fn or make_block_fn(round_fn, device_evaluator)
   records: List[Dict[str, Any]] = []
@@ -430,23 +511,11 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       eval_mask = (t % eval_every == 0) | (t == rounds)
       state, (metrics, evals) = block_fn(state, data, hp_block, root_key, eval_mask,
                                          device_evaluator.data)
-      block = metrics_to_records(metrics)
-      evals = [np.asarray(v) for v in evals]
-      for i, (r, do) in enumerate(zip(block, eval_mask)):
-        if do:
-          r.update({f"test_{name}": float(v[i])
-                    for name, v in zip(device_evaluator.names, evals)})
+      block = block_records(metrics, ledger, evals, eval_mask, device_evaluator.names)
     else:
       state, metrics = block_fn(state, data, hp_block, root_key)
-      block = metrics_to_records(metrics)
+      block = block_records(metrics, ledger)
     done += length
-    if ledger is not None:
-      account_block(ledger, block, metrics)
-    truncated = sum(r["num_truncated"] for r in block)
-    if truncated:
-      warnings.warn(
-          f"Poisson cohort overflowed k_max in this block: {truncated} sampled clients "
-          "were dropped (recorded as num_truncated). Increase k_max.", RuntimeWarning)
     if evaluate is not None and (done >= next_eval or done == rounds):
       block[-1].update({f"test_{k}": v for k, v in evaluate(state.params).items()})
       while next_eval <= done:

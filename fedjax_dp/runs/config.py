@@ -15,7 +15,7 @@ import json
 import os
 import tomllib
 import typing
-from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional
+from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple
 
 import tyro
 
@@ -23,7 +23,15 @@ from fedjax_dp.algorithms import registry
 from fedjax_dp.algorithms.interface import check_choices
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, check_int)
 
-ACCOUNTANTS = ("rdp", "pld")
+__all__ = [
+    "AccountantName", "ACCOUNTANTS", "RunConfig", "flag_aliases", "flag_value",
+    "option_flags", "command_line_algorithm", "parse_hidden", "check_option_type",
+    "load_config_file",
+]
+
+#: The accountants of the reported epsilon (`RunConfig.accountant`).
+AccountantName = Literal["rdp", "pld"]
+ACCOUNTANTS: Tuple[str, ...] = typing.get_args(AccountantName)
 
 
 @dataclasses.dataclass
@@ -100,7 +108,7 @@ class RunConfig:
   """delta of (epsilon, delta)-DP: the probability bound of the guarantee for one
   privacy unit; must be below 1/n for the unit's population n (the clients at user
   level, the fewest records of a client at record level)"""
-  accountant: Literal[ACCOUNTANTS] = "rdp"
+  accountant: AccountantName = "rdp"
   """accountant of the reported epsilon (both are in summary.json)"""
   eval_every: int = 5
   """evaluate on the test set every N rounds"""
@@ -333,6 +341,31 @@ def flag_value(argv: List[str], flag: str) -> Optional[str]:
     elif tok.startswith(flag + "="):
       value = tok.split("=", 1)[1]
   return value
+
+
+def option_flags(cls: type) -> Dict[str, List[str]]:
+  """``{field: [its flags]}`` of a dataclass's fields as tyro spells them (``--X`` and
+  ``--no-X`` with dashes for underscores, declared aliases such as ``--client-lr``)."""
+  out: Dict[str, List[str]] = {}
+  for f in dataclasses.fields(cls):
+    flag = "--" + f.name.replace("_", "-")
+    out[f.name] = [flag, "--no-" + f.name.replace("_", "-")]
+  for alias, name in flag_aliases(cls).items():
+    out[name].append("--" + alias.replace("_", "-"))
+  return out
+
+
+def command_line_algorithm(argv: List[str]) -> Tuple[str, Dict[str, Any]]:
+  """``(algorithm, config file table)`` of a command line of ``fedjax-dp run`` or
+  ``sweep``: ``--algorithm``, else the ``--config`` file's, else the registry's default
+  (the name is not checked here); the table is ``{}`` without ``--config``.
+
+  Raises:
+    FedJaxDpError: a bad config file (`load_config_file`).
+  """
+  path = flag_value(argv, "--config")
+  table = load_config_file(path) if path else {}
+  return flag_value(argv, "--algorithm") or table.get("algorithm", registry.DEFAULT), table
 
 
 def parse_hidden(text: str) -> tuple:

@@ -8,9 +8,14 @@ import logging
 import math
 import os
 import shutil
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple, TypeVar, overload
 
 import numpy as np
+
+__all__ = [
+    "RUN_FILES", "holds_run", "fresh_out_dir", "broadcast_text", "write_atomic",
+    "json_safe", "steady_time_per_round",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -92,9 +97,21 @@ def write_atomic(path: str, text: str) -> None:
   os.replace(path + ".tmp", path)
 
 
-def json_safe(v):
+_K = TypeVar("_K")
+
+
+@overload
+def json_safe(v: Dict[_K, Any]) -> Dict[_K, Any]: ...
+@overload
+def json_safe(v: List[Any] | Tuple[Any, ...]) -> List[Any]: ...
+@overload
+def json_safe(v: Any) -> Any: ...
+
+
+def json_safe(v: Any) -> Any:
   """``v`` with non-finite floats as None and numpy scalars as Python numbers (strict
-  JSON has no inf/NaN)."""
+  JSON has no inf/NaN); a dict stays a dict (same keys), a list or tuple becomes a
+  list."""
   if isinstance(v, float) and not math.isfinite(v):
     return None
   if isinstance(v, dict):

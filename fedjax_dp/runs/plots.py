@@ -19,11 +19,18 @@ import json
 import math
 import os
 import re
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, TypeGuard
 
 import numpy as np
 
 from fedjax_dp.validation import FedJaxDpError
+
+__all__ = [
+    "MAX_PARTITION_ROWS", "format_delta", "paper_epsilon_method", "epsilon_label",
+    "run_title", "curves_figure", "plot_run", "read_run", "differing_labels",
+    "plot_compare", "compare_figure", "label_distribution", "plot_partition",
+    "partition_figure",
+]
 
 #: Config keys that differ between runs without describing them (left out of legends).
 _NOT_LABELS = ("out", "resume", "resume_rounds", "overwrite", "data_dir", "logger",
@@ -40,7 +47,8 @@ def _pyplot():
   return plt
 
 
-def _finite(v: Any) -> bool:
+def _finite(v: object) -> TypeGuard[float]:
+  """Whether ``v`` is a finite int or float (not a bool): a number to plot."""
   return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 

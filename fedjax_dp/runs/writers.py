@@ -34,6 +34,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from fedjax_dp.validation import FedJaxDpError
 
+__all__ = [
+    "LOGGERS", "INSTALL", "parse_logger_spec", "flatten_scalars", "scalar_tag",
+    "record_scalars", "summary_scalars", "hparam_values", "MetricWriter",
+    "TensorBoardWriter", "WandbWriter", "mlflow_key", "MlflowWriter", "check_installed",
+    "make_writers", "WriterGroup",
+]
+
 _log = logging.getLogger(__name__)
 
 #: The writers ``--logger`` may name (comma-separated), or ``none`` alone.
@@ -227,11 +234,24 @@ class TensorBoardWriter(MetricWriter):
     self._w = SummaryWriter(logdir=logdir, purge_step=purge_step, flush_secs=10,
                             filename_suffix=f".{time.time_ns()}")
 
+  def _events(self):
+    """The writer's event file writer (tensorboardX opens it with the writer and
+    clears it on ``close``).
+
+    Raises:
+      RuntimeError: the writer is closed.
+    """
+    events = self._w.file_writer
+    if events is None:
+      raise RuntimeError(f"the TensorBoard writer of {self.logdir!r} is closed.")
+    return events
+
   def write_hparams(self, config: Mapping[str, Any]) -> None:
     from tensorboardX.summary import hparams
     exp, ssi, _ = hparams(hparam_values(config), {m: 0.0 for m in self.HPARAM_METRICS})
-    self._w.file_writer.add_summary(exp)
-    self._w.file_writer.add_summary(ssi)
+    events = self._events()
+    events.add_summary(exp)
+    events.add_summary(ssi)
 
   def write_scalars(self, step: int, scalars: Mapping[str, Any]) -> None:
     for tag, v in record_scalars(scalars).items():
@@ -243,7 +263,7 @@ class TensorBoardWriter(MetricWriter):
     for k, v in summary_scalars(summary).items():
       self._w.add_scalar("summary/" + k, v, global_step=step)
     _, _, sei = hparams({}, {})  # the HParams session ends (status: success)
-    self._w.file_writer.add_summary(sei)
+    self._events().add_summary(sei)
 
   def close(self) -> None:
     self._w.close()
@@ -403,22 +423,22 @@ def make_writers(spec: str, run_dir: str, config: Mapping[str, Any], run_name: s
   """
   names = check_installed(spec)
   out: List[MetricWriter] = []
-  try:
-    for n in names:
+  for n in names:
+    try:
       if n == "tensorboard":
         out.append(TensorBoardWriter(os.path.join(run_dir, "tensorboard"), purge_step))
       elif n == "wandb":
         out.append(WandbWriter(run_dir, config, run_name))
       else:
         out.append(MlflowWriter(run_dir, run_name))
-  except Exception as e:  # a library that cannot start: before training, so refuse
-    for w in out:
-      try:
-        w.close()
-      except Exception:  # noqa: BLE001 (already failing; the first error is reported)
-        pass
-    raise FedJaxDpError(f"logger {n!r} could not start its run: "
-                        f"{type(e).__name__}: {e}", option="logger") from e
+    except Exception as e:  # a library that cannot start: before training, so refuse
+      for w in out:
+        try:
+          w.close()
+        except Exception:  # noqa: BLE001 (already failing; the first error is reported)
+          pass
+      raise FedJaxDpError(f"logger {n!r} could not start its run: "
+                          f"{type(e).__name__}: {e}", option="logger") from e
   return out
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_dp.algorithms import dp_fedavg
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
 from fedjax_dp.federated import server
 from fedjax_dp.federated.client import ClientHParams, ClientMetrics
 from fedjax_dp.federated.driver import (constant_schedule, make_block_fn,
@@ -134,7 +134,8 @@ def test_ledger_receives_each_round():
     def __init__(self):
       self.calls = []
 
-    def record_many(self, zs, qs, steps):
+    def record(self, report):
+      zs, qs, steps = report.noise_multiplier, report.sampling_rate, report.dp_steps
       self.calls.append((list(zs), list(qs), list(steps)))
       return [float(len(self.calls) * 10 + i) for i in range(len(zs))]
 
@@ -394,3 +395,35 @@ def test_metrics_to_records_checks_releases_and_extras():
   for releases, extras, match in bad:
     with pytest.raises(FedJaxDpError, match=match):
       metrics_to_records(stacked(releases=releases, extras=extras))
+
+
+def test_check_schedule_takes_an_algorithms_own_bounds():
+  """The engine bounds its own fields; an algorithm's plug-in bounds its own
+  (`FederatedAlgorithm.schedule_bounds`), which may not redefine an engine field."""
+  from fedjax_dp.federated import driver
+  sched = {"clip_norm": np.ones(3), "inner_rate": np.array([0.1, 0.0, 0.2])}
+  driver.check_schedule(sched)  # a field nobody bounds need only be finite
+  with pytest.raises(FedJaxDpError, match=r"\['inner_rate'\] must be > 0 in every round; "
+                     r"entry 1 is 0.0"):
+    driver.check_schedule(sched, {"inner_rate": driver.POSITIVE})
+  driver.check_schedule(sched, {"inner_rate": driver.NON_NEGATIVE})
+  with pytest.raises(FedJaxDpError, match="'clip_norm' is the engine's"):
+    driver.check_schedule(sched, {"clip_norm": driver.POSITIVE})
+  with pytest.raises(FedJaxDpError, match="must be a ScheduleBound"):
+    driver.check_schedule(sched, {"inner_rate": "> 0"})
+  with pytest.raises(FedJaxDpError, match="must be a mapping"):
+    driver.check_schedule(sched, [("inner_rate", driver.POSITIVE)])
+  # A plain (allowed, ok, allow_inf) tuple is a bound too; +inf only where allowed.
+  inf = {"inner_rate": np.array([np.inf])}
+  driver.check_schedule(inf, {"inner_rate": ("> 0", lambda v: v > 0, True)})
+  with pytest.raises(FedJaxDpError, match="entry 0 is inf"):
+    driver.check_schedule(inf, {"inner_rate": driver.POSITIVE})
+
+
+def test_run_rounds_checks_the_algorithms_bounds_before_compiling():
+  from fedjax_dp.federated.driver import PROBABILITY
+  sched = {"noise_multiplier": np.ones(2, np.float32),
+           "inner_rate": np.array([0.5, 2.0], np.float32)}
+  with pytest.raises(FedJaxDpError, match=r"\['inner_rate'\] must be in \(0, 1\]"):
+    run_rounds(None, None, _population(4), sched, jax.random.key(0), rounds=2,
+               schedule_bounds={"inner_rate": PROBABILITY})

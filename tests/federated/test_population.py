@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fedjax_dp.algorithms import dp_fedavg
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
 from fedjax_dp.data.federated_data import from_client_lists
 from fedjax_dp.federated.driver import constant_schedule, run_rounds
 from fedjax_dp.federated.population import (MAX_POOL, PopulationData, gather_clients,

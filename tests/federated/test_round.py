@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from fedjax_dp.algorithms import dp_fedavg
+from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
 from fedjax_dp.federated import aggregation, server
 from fedjax_dp.federated.client import ClientMetrics
 from fedjax_dp.federated.driver import constant_schedule, make_block_fn, run_rounds

@@ -22,7 +22,7 @@ def _check():
   import numpy as np
   import optax
 
-  from fedjax_dp.algorithms import dp_fedavg
+  from fedjax_dp.algorithms.dp_fedavg import dp_fedavg
   from fedjax_dp.data.sources.synthetic import make_synthetic
   from fedjax_dp.federated import server
   from fedjax_dp.federated.client import make_client_update

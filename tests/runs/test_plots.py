@@ -88,12 +88,12 @@ def test_epsilon_label_says_which_epsilon_is_which(summary, want):
 
 
 def test_run_title_names_algorithm_and_dataset():
-  title = plots.run_title({"algorithm": "padpfl", "dataset": "fashion_mnist",
+  title = plots.run_title({"algorithm": "my_paper", "dataset": "fashion_mnist",
                            "epsilon": 31.4, "accountant": "rdp", "delta": 1e-3,
                            "epsilon_paper": 20, "epsilon_paper_mechanism": (
                                "classical Gaussian mechanism per iteration, noise scaled "
                                "linearly by R (uplink) and T (downlink)")})
-  assert title.startswith("padpfl on fashion_mnist\n")
+  assert title.startswith("my_paper on fashion_mnist\n")
   assert "accountant: eps=31.4 (RDP, delta 1e-3)" in title
   assert "paper's calibration: eps=20 (classical Gaussian, linear composition)" in title
 

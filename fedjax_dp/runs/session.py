@@ -1,0 +1,611 @@
+"""The one driver of runs and sweeps: a session trains its members in lockstep.
+
+A *member* is one configured training run (`Member`: its algorithm, ledger,
+controller, records, files). `fedjax_dp.runs.run` is a session of one member and
+`fedjax_dp.runs.sweep.run_sweep` a session of many; every step is implemented once,
+here:
+
+* blocks: each member's controller chooses the next rounds (members must agree,
+  `fedjax_dp.runs.program.check_blocks`); each schedule is checked
+  (`fedjax_dp.federated.driver.check_schedule` with the algorithm's
+  ``schedule_bounds``) and run in compiled blocks of ``block_size`` rounds with
+  evaluation inside (`fedjax_dp.runs.program.Lockstep`: one member runs the block
+  function itself, several run it vmapped);
+* records (`write_records`): the block's metrics and evaluation fields, the rounds
+  composed in the member's ledger (`fedjax_dp.federated.driver.account_block`, the one
+  ledger feed), ``wall_time_s``, the accounting and controller fields; streamed to
+  ``metrics.jsonl`` (one JSON object per round, flushed after every compiled block) and
+  the trackers (``--logger``);
+* checkpoints (`checkpoint`): after every compiled block (and before the first) each
+  member's server state, records and per-client ledger (`fedjax_dp.checkpoint`);
+* SIGTERM / Ctrl-C (`fedjax_dp.interrupts`): a compiled block, its records and its
+  checkpoints are one critical section, so a signal lets the block in progress finish
+  and be written, then stops the session; its members are summarised at their newest
+  checkpoint and can be resumed;
+* resume (`read_checkpoint`, `start_member`): members restored from their checkpoints,
+  metrics.jsonl rewritten from them (`open_outputs`), ledgers and controllers replayed;
+* the end (`finish`): each member's final evaluation, ``summary.json`` and
+  ``curves.png``.
+
+``wall_time_s`` in a record is the time (seconds since training started in this
+session) at which the compiled block that ran the round had its records, shared by the
+block's rounds (`fedjax_dp.runs.summary.block_rounds`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, TextIO,
+                    Tuple)
+
+import jax
+import numpy as np
+
+from fedjax_dp.algorithms.base import Algorithm
+from fedjax_dp.algorithms.interface import Block, Controller, Setup
+from fedjax_dp.checkpoint import RunCheckpointer
+from fedjax_dp.federated import (PopulationData, ServerState, driver, make_device_evaluator,
+                                 sharding)
+from fedjax_dp.federated.population import check_population
+from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
+from fedjax_dp.privacy import disclosure
+from fedjax_dp.privacy.ledger_protocol import Ledger
+from fedjax_dp.runs import outputs, plots
+from fedjax_dp.runs import privacy as run_privacy
+from fedjax_dp.runs import writers as writers_lib
+from fedjax_dp.runs.config import RunConfig
+from fedjax_dp.runs.program import Lockstep, check_blocks, check_same_structure, full_schedule
+from fedjax_dp.runs.setup import NoiseMultiplier
+from fedjax_dp.runs.summary import common_summary, label_summary, published_summary
+from fedjax_dp.validation import FedJaxDpError, check_int
+
+if TYPE_CHECKING:  # annotations only (no import at run time)
+  from fedjax_dp.data import FederatedData
+
+__all__ = [
+    "METRICS_FORMAT", "Resumed", "read_checkpoint", "Member", "evaluators",
+    "start_member", "open_outputs", "close", "Progress", "Session", "execute", "train",
+    "run_blocks", "write_records", "checkpoint", "roll_back", "finish",
+]
+
+#: Version of the records in metrics.jsonl and checkpoints. 2: ``noise_multiplier`` is
+#: ``noise_stddev / sensitivity`` under the record's ``neighboring_relation`` (fixed-size
+#: cohorts report half of what version 1 did); checkpoints of version 1 are refused.
+METRICS_FORMAT = 2
+
+
+@dataclasses.dataclass
+class Resumed:
+  """A checkpoint a member continues from.
+
+  Attributes:
+    checkpointer: the member's `RunCheckpointer` (``<folder>/checkpoints``).
+    step: the checkpoint's ``rounds_done`` (None: the newest).
+    meta: its metadata (``config``, ``records`` with 1-based ``round``,
+      ``rounds_done``, ``noise_multiplier_hparam``, ``per_client_ledger``).
+  """
+  checkpointer: RunCheckpointer
+  step: Optional[int]
+  meta: Dict[str, Any]
+
+
+def read_checkpoint(folder: str, step: Optional[int] = None,
+                    checkpointer: Optional[RunCheckpointer] = None) -> Resumed:
+  """The checkpoint ``step`` (default: the newest) of the run in ``folder`` (read with
+  ``checkpointer``, default a new one on ``<folder>/checkpoints``).
+
+  Raises:
+    FedJaxDpError (option ``resume``): no complete checkpoint there, or one written by
+      an earlier fedjax_dp (another `METRICS_FORMAT`).
+  """
+  if checkpointer is None:
+    checkpointer = RunCheckpointer(os.path.join(folder, "checkpoints"))
+  meta = checkpointer.restore_meta(step)
+  if meta.get("metrics_format") != METRICS_FORMAT:
+    raise FedJaxDpError(
+        f"resume: the checkpoint in {folder!r} was written by an earlier fedjax_dp "
+        f"(metrics format {meta.get('metrics_format', 1)}, this one reads "
+        f"{METRICS_FORMAT}), whose noise multipliers for fixed-size cohorts were not "
+        "relative to the replace-one sensitivity; start a new run.", option="resume")
+  return Resumed(checkpointer, step, meta)
+
+
+@dataclasses.dataclass
+class Member:
+  """One configuration of a session and its host-side state while it trains.
+
+  Attributes:
+    index, name, axes: position in the session, folder name (``""`` for a run) and
+      ``{option: value}`` of its sweep axes (``{}`` for a run).
+    cfg, setup, alg, z: its `RunConfig`, `Setup`, `Algorithm` and noise multiplier.
+    evaluator: its `DeviceEvaluator` (data on the devices; `evaluators`), set by the
+      caller after `start_member` (None until then; read it as `device_evaluator`).
+    labels: the disclosure labels of its records (`fedjax_dp.privacy.disclosure`).
+    ledger, accounting: its privacy ledger (None: non-private) and the accounting
+      fields every record carries.
+    planned, guarded: the rounds to run (fewer than ``cfg.rounds`` when the budget
+      guard stops early) and whether the guard is on.
+    root, state: its root PRNG key and its server state (initial or restored; the
+      final one after `finish`).
+    controller: its host-side `Controller`.
+    resumed, done_before: whether it continues from a checkpoint, and the rounds
+      restored from it (0 for a fresh start).
+    saved_records: the checkpoint's records (1-based ``round``, every field).
+    written: every record so far (1-based ``round``, every field): what checkpoints
+      keep; metrics.jsonl gets `published` of each.
+    fresh: this session's records as the rounds reported them (0-based ``round``).
+    records: after `finish`, every round's record (0-based ``round``).
+    summary: after `finish`, its summary (every field).
+    kept_per_client: the per-client ledger of its newest checkpoint.
+    folder, checkpointer, metrics_file, trackers: its files (None: not written).
+    summary_extra: fields added to its summary (a sweep's ``sweep``).
+    resume_command: the command an interrupted summary names (default: ``fedjax-dp
+      run --resume <folder>``).
+  """
+  index: int
+  name: str
+  axes: Dict[str, Any]
+  cfg: RunConfig
+  setup: Setup
+  alg: Algorithm
+  z: Optional[NoiseMultiplier]
+  evaluator: Optional[driver.DeviceEvaluator]
+  labels: Dict[str, Tuple[str, str]]
+  ledger: Optional[Ledger]
+  accounting: Dict[str, Any]
+  planned: int
+  guarded: bool
+  root: jax.Array
+  state: ServerState
+  controller: Controller
+  resumed: bool = False
+  done_before: int = 0
+  saved_records: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+  written: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+  fresh: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+  records: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+  summary: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  kept_per_client: Optional[Dict[str, Any]] = None
+  folder: Optional[str] = None
+  checkpointer: Optional[RunCheckpointer] = None
+  metrics_file: Optional[TextIO] = None
+  trackers: writers_lib.WriterGroup = dataclasses.field(
+      default_factory=writers_lib.WriterGroup)
+  summary_extra: Dict[str, Any] = dataclasses.field(default_factory=dict)
+  resume_command: Optional[str] = None
+
+  @property
+  def device_evaluator(self) -> driver.DeviceEvaluator:
+    """Its `evaluator` (raises ValueError while the caller has not set it)."""
+    if self.evaluator is None:
+      raise ValueError(f"member {self.index} has no evaluator yet (set it from "
+                       "session.evaluators after start_member).")
+    return self.evaluator
+
+  @property
+  def per_client(self) -> bool:
+    """Whether its ledger accounts for every client separately (saved whole)."""
+    return self.alg.privacy is not None and self.alg.privacy.per_client
+
+  def published(self, rec: Dict[str, Any]) -> Dict[str, Any]:
+    """What metrics.jsonl and the trackers get of a record: every labelled field, or
+    only the released ones (``dp_metrics_only``)."""
+    return disclosure.released(rec, self.labels) if self.cfg.dp_metrics_only else (
+        disclosure.table(rec, self.labels) and rec)
+
+  def new_controller(self, records: Sequence[Dict[str, Any]]) -> Controller:
+    """Its algorithm's controller with the rounds of ``records`` (1-based) replayed."""
+    c = self.cfg.plugin.controller(self.alg, self.setup, self.cfg.eval_every)
+    c.restore(records)
+    return c
+
+  def checkpoint_meta(self, rounds_done: int, per_client: Optional[Dict[str, Any]]
+                      ) -> Dict[str, Any]:
+    """The JSON document of its checkpoint after ``rounds_done`` rounds."""
+    meta = {"rounds_done": rounds_done, "config": self.cfg.to_dict(),
+            "records": self.written[:rounds_done], "metrics_format": METRICS_FORMAT,
+            "noise_multiplier_hparam": outputs.json_safe(
+                None if self.z is None else np.asarray(self.z).tolist())}
+    if self.per_client:
+      meta["per_client_ledger"] = per_client
+    return meta
+
+
+def evaluators(setups: Sequence[Setup], algs: Sequence[Algorithm]
+               ) -> List[driver.DeviceEvaluator]:
+  """Each member's device evaluator: its algorithm's own (`evaluator`), else the
+  test set (the training data where there is none) with its model; data on the
+  devices of member 0's mesh. The central test set is padded and placed once for all
+  members."""
+  data: FederatedData = setups[0].data
+  mesh: Optional[jax.sharding.Mesh] = setups[0].mesh
+  default, out = None, []
+  for alg, s in zip(algs, setups):
+    ev = s.run.plugin.evaluator(alg, s)
+    if ev is not None:
+      out.append(ev._replace(data=sharding.replicate(ev.data, mesh)))
+      continue
+    if default is None:
+      test_x = data.test_x if data.test_x is not None else data.x[data.example_mask]
+      test_y = data.test_y if data.test_y is not None else data.y[data.example_mask]
+      default = make_device_evaluator(s.model, test_x, test_y)
+      default = default._replace(data=sharding.replicate(default.data, mesh))
+      out.append(default)
+    else:
+      out.append(default._replace(fn=driver.device_eval_fn(s.model)))
+  return out
+
+
+def start_member(index: int, name: str, axes: Dict[str, Any], cfg: RunConfig, setup: Setup,
+                 alg: Algorithm, z: Optional[NoiseMultiplier],
+                 resumed: Optional[Resumed] = None) -> Member:
+  """A member ready to train but for its ``evaluator`` (`evaluators`, set by the
+  caller): its ledger and accounting fields, the rounds to run (the budget guard's,
+  decided before anything is compiled), its root key and initial state, restored from
+  ``resumed`` (state, records, ledger, controller) when given.
+
+  Raises:
+    FedJaxDpError: an accountant the ledger does not support (option ``accountant``),
+      a target epsilon below one round's (option ``target_epsilon``).
+  """
+  plugin, spec = cfg.plugin, alg.privacy
+  ledger, accounting = run_privacy.run_ledger(spec, cfg.accountant, cfg.delta)
+  planned, guarded = cfg.rounds, False
+  target, option = cfg.target_epsilon, plugin.noise_multiplier_option
+  if (spec is not None and z is not None and target is not None and option is not None
+      and getattr(cfg.options, option) is not None):
+    guarded = True  # decided before anything is compiled or written
+    planned = run_privacy.budget_rounds(spec, z, cfg.rounds, target, cfg.delta)
+  root = jax.random.key(cfg.seed)
+  state = alg.init(jax.random.fold_in(root, 1 << 20))
+  meta = {}
+  if resumed is not None:
+    state, meta = resumed.checkpointer.restore(state, resumed.step)
+  saved = list(meta.get("records", []))
+  if spec is not None and ledger is not None and saved:
+    ledger = run_privacy.restored_ledger(spec, cfg.delta, saved,
+                                         meta.get("per_client_ledger"))
+  data: FederatedData = setup.data
+  # HAR's test windows are the clients' own held-out data; without a test set the
+  # training data is evaluated: then test metrics are diagnostics, not DP releases.
+  labels = disclosure.labels_for_run(data.test_x is None or data.client_test_x is not None,
+                                     plugin.metric_labels, plugin.from_test_metrics)
+  controller = plugin.controller(alg, setup, cfg.eval_every)  # as `Member.new_controller`
+  controller.restore(saved)
+  return Member(index, name, axes, cfg, setup, alg, z, None, labels, ledger,
+                accounting, planned, guarded, root, state, controller,
+                resumed=resumed is not None, done_before=int(meta.get("rounds_done", 0)),
+                saved_records=saved, written=list(saved),
+                kept_per_client=meta.get("per_client_ledger"),
+                checkpointer=resumed.checkpointer if resumed is not None else None)
+
+
+def open_outputs(m: Member, folder: str, *, run_name: str, partition: bool = True) -> None:
+  """Opens member ``m``'s files in ``folder`` (created): its checkpointer (a fresh
+  member's; a resumed one keeps its own), and in the primary process partition.png
+  (``partition``, unless ``dp_metrics_only``), its trackers (named ``run_name``; a
+  resumed member's TensorBoard hides its earlier session's events) and metrics.jsonl,
+  rewritten with the checkpoint's records (rounds after it were lost with the
+  session that ran them)."""
+  os.makedirs(folder, exist_ok=True)
+  m.folder = folder
+  if not m.resumed:
+    m.checkpointer = RunCheckpointer(os.path.join(folder, "checkpoints"))
+  if not sharding.is_primary():
+    return
+  cfg = m.cfg
+  if partition and not cfg.dp_metrics_only:  # the clients' raw label counts: a diagnostic
+    plots.plot_partition(m.setup.data, os.path.join(folder, "partition.png"))
+  m.trackers.writers.extend(writers_lib.make_writers(
+      cfg.logger, folder, cfg.to_dict(), run_name, purge_step=1 if m.resumed else None))
+  m.trackers.write_hparams(cfg.to_dict())
+  m.metrics_file = open(os.path.join(folder, "metrics.jsonl"), "w")
+  for rec in m.saved_records:
+    m.metrics_file.write(json.dumps(m.published(rec)) + "\n")
+    m.trackers.write_scalars(rec["round"], m.published(rec))
+  m.metrics_file.flush()
+
+
+def close(members: Sequence[Member]) -> None:
+  """Closes the members' metrics files and trackers (however the session ended)."""
+  for m in members:
+    if m.metrics_file is not None:
+      m.metrics_file.close()
+    m.trackers.close()
+
+
+class Progress:
+  """A session's tqdm bar: one member's loss, accuracy and epsilon, or several
+  members' mean test accuracy."""
+
+  def __init__(self, members: Sequence[Member]):
+    from tqdm.auto import tqdm
+    m = members[0]
+    name = m.setup.data.name
+    desc = (f"{m.alg.name} on {name}" if len(members) == 1 else
+            f"sweep of {len(members)} {m.alg.name} runs on {name}")
+    self.bar = tqdm(total=m.planned, desc=desc, unit="round")
+    self.bar.update(m.done_before)
+
+  def update(self, members: Sequence[Member], rounds: int) -> None:
+    self.bar.update(rounds)
+    accs = [next((r["test_accuracy"] for r in reversed(m.fresh) if "test_accuracy" in r),
+                 float("nan")) for m in members]
+    if len(members) > 1:
+      accs = [a for a in accs if not np.isnan(a)]
+      if accs:
+        self.bar.set_postfix(mean_acc=f"{np.mean(accs):.3f}")
+      return
+    last = members[0].fresh[-1]
+    self.bar.set_postfix(loss=f"{last.get('train_loss', float('nan')):.3f}",
+                         acc=f"{accs[0]:.3f}", eps=f"{last.get('epsilon', float('inf')):.2f}")
+
+  def close(self) -> None:
+    self.bar.close()
+
+
+@dataclasses.dataclass
+class Session:
+  """What the members of one training session share while they train.
+
+  Attributes:
+    members: the members, in order.
+    lockstep: their compiled block and device states.
+    population: the device population (a block may bring its own).
+    eval_data: the evaluation data on the devices (shared by the members).
+    interrupts: the signal handlers (`GracefulInterrupts`).
+    progress: the progress bar, or None.
+    t_train: ``time.perf_counter()`` when training started in this session.
+    kept, kept_rounds: the programs' states and the rounds of the newest checkpoint
+      (what an interrupted session keeps).
+    interrupted: the signal that stopped the session, or None.
+  """
+  members: List[Member]
+  lockstep: Lockstep
+  population: PopulationData
+  eval_data: Any
+  interrupts: GracefulInterrupts
+  progress: Optional[Progress] = None
+  t_train: float = 0.0
+  kept: List[Any] = dataclasses.field(default_factory=list)
+  kept_rounds: int = 0
+  interrupted: Optional[RunInterrupted] = None
+
+
+def execute(members: List[Member], block_fn: Callable, first: Sequence[Optional[Block]], *,
+            population: PopulationData, mesh: Optional[jax.sharding.Mesh],
+            interrupts: GracefulInterrupts, t_start: float, progress: bool = False,
+            group: Optional[int] = None) -> Session:
+  """Trains ``members`` in lockstep from their controllers' ``first`` blocks to the
+  end (or a signal), then finishes each (`finish`).
+
+  Args:
+    members: from `start_member` (files opened with `open_outputs`, or none).
+    block_fn: the compiled block (`fedjax_dp.federated.make_block_fn` with member 0's
+      round function and evaluator); vmapped for several members.
+    first: each member's first `Block` (``controller.next_block``), or Nones.
+    population: the device population.
+    mesh: the client mesh (None: one device).
+    interrupts: the installed signal handlers.
+    t_start: ``time.perf_counter()`` when the run or sweep was called (its summaries'
+      ``wall_time_s``).
+    progress: show a progress bar (primary process only).
+    group: at most this many members per vmapped program (default: all).
+
+  Returns:
+    The `Session` (``interrupted``: the signal that stopped it, or None); each member's
+    ``state``, ``records``, ``summary`` and ``ledger`` are final.
+
+  Raises:
+    FedJaxDpError: members out of lockstep, a bad schedule, or rounds reporting what
+      the ledger cannot compose.
+  """
+  lockstep = Lockstep(block_fn, [m.state for m in members], [m.root for m in members],
+                      mesh, group)
+  s = Session(members, lockstep, population, members[0].device_evaluator.data, interrupts)
+  s.kept, s.kept_rounds = lockstep.snapshot(), members[0].done_before
+  if progress and sharding.is_primary():
+    s.progress = Progress(members)
+  s.interrupted = train(s, first)
+  finish(s, t_start)
+  return s
+
+
+def train(s: Session, first: Sequence[Optional[Block]]) -> Optional[RunInterrupted]:
+  """Runs the session's blocks from ``first`` until every controller is done; returns
+  the interrupt that stopped it, or None.
+
+  Multi-process: a signal (SLURM's SIGTERM reaches the processes at slightly different
+  times) is only noted during training, and all processes agree after each block
+  whether one of them received it (`checkpoint`); a process stopping alone would leave
+  the others waiting in the next block's collectives.
+  """
+  members = s.members
+  multi_process = jax.process_count() > 1
+  try:
+    with s.interrupts.critical() if multi_process else contextlib.nullcontext():
+      if not members[0].resumed and any(m.checkpointer for m in members):
+        checkpoint(s, 0)  # round 0: a session stopped before its first block can resume
+      s.t_train = time.perf_counter()
+      done = members[0].done_before
+      blocks = check_blocks(members, first, done)  # [] when every member is done
+      while blocks:
+        run_blocks(s, blocks, done)
+        done += blocks[0].rounds
+        blocks = check_blocks(
+            members, [m.controller.next_block(done, m.planned) for m in members], done)
+  except RunInterrupted as e:
+    return e
+  finally:
+    if s.progress is not None:
+      s.progress.close()
+    for m in members:
+      if m.metrics_file is not None:
+        m.metrics_file.close()
+  return None
+
+
+def run_blocks(s: Session, blocks: Sequence[Block], done: int) -> None:
+  """The members' controller blocks after ``done`` rounds (in lockstep): checked as
+  `fedjax_dp.federated.driver.run_rounds` checks its arguments (before anything is
+  compiled), then run in compiled blocks of ``block_size`` rounds, each with its
+  records and checkpoints as one critical section.
+
+  Raises:
+    FedJaxDpError: bad rounds, block size or evaluation interval, a schedule shorter
+      than the rounds or out of bounds, schedules that do not stack, or an inconsistent
+      population.
+  """
+  members, blk = s.members, blocks[0]
+  rounds = check_int("rounds", blk.rounds, minimum=1)
+  block_size = check_int("block_size", blk.block_size, minimum=1)
+  eval_every = check_int("eval_every", blk.eval_every, minimum=1)
+  population = s.population if blk.population is None else blk.population
+  schedules = [full_schedule(b.hparams, rounds) for b in blocks]
+  for m, sch in zip(members, schedules):
+    driver.check_schedule(sch, m.cfg.plugin.schedule_bounds())
+  check_same_structure(members, schedules)
+  check_population(population)
+  pos = 0
+  while pos < rounds:
+    length = min(block_size, rounds - pos)
+    t = np.arange(pos + 1, pos + length + 1)  # rounds completed after each step
+    eval_mask = (t % eval_every == 0) | (t == rounds)
+    hps = [jax.tree_util.tree_map(lambda a: a[pos:pos + length], sch) for sch in schedules]
+    # A signal waits for the block, its records and its checkpoints (never half of
+    # them): what was computed is kept.
+    with s.interrupts.critical():
+      outs = s.lockstep.run(population, hps, eval_mask, s.eval_data)
+      for m, (metrics, evals) in zip(members, outs):
+        write_records(s, m, metrics, evals, eval_mask)
+      pos += length
+      if s.progress is not None:
+        s.progress.update(members, length)
+      checkpoint(s, done + pos)
+
+
+def write_records(s: Session, m: Member, metrics: Any, evals: Sequence[np.ndarray],
+                  eval_mask: np.ndarray) -> None:
+  """Member ``m``'s records of one compiled block (``metrics``: its `RoundMetrics`,
+  leaves ``[L]``; ``evals``: its evaluation values ``[L]``): what
+  `fedjax_dp.federated.driver.block_records` makes of the block (the `RoundMetrics`
+  fields, ``test_<name>`` on the evaluated rounds, the rounds composed in its ledger by
+  `driver.account_block` with ``epsilon`` after each), ``wall_time_s``, then its
+  accounting and controller fields; appended to its records and written to its
+  metrics.jsonl (flushed) and trackers.
+
+  Raises:
+    FedJaxDpError: the rounds report what its ledger cannot compose.
+  """
+  block = driver.block_records(metrics, m.ledger, evals, eval_mask,
+                               m.device_evaluator.names, label=m.name)
+  # Per block, not per round: the rounds of a compiled block finish together.
+  wall = time.perf_counter() - s.t_train
+  for rec in block:
+    rec["wall_time_s"] = wall
+    m.fresh.append(rec)
+    out = dict(rec)
+    out["round"] = rec["round"] + 1  # 1-based: the number of rounds completed
+    out.update(m.accounting)
+    out.update(m.controller.round_fields(rec))
+    out = outputs.json_safe(out)
+    m.written.append(out)  # the checkpoint keeps every field (resuming needs them)
+    if m.metrics_file is not None:
+      m.metrics_file.write(json.dumps(m.published(out)) + "\n")
+    m.trackers.write_scalars(out["round"], m.published(out))  # primary only (else none)
+  if m.metrics_file is not None:
+    m.metrics_file.flush()
+
+
+def checkpoint(s: Session, rounds_done: int) -> None:
+  """Every member's checkpoint after ``rounds_done`` rounds (state, records, per-client
+  ledger; for those with files), and what an interrupted session keeps moves to it in
+  the same critical section. Multi-process: then every process learns whether any of
+  them received a signal, and all stop together.
+
+  Raises:
+    RunInterrupted: multi-process, a process received a signal.
+  """
+  snapshot = s.lockstep.snapshot()
+  ledgers = [m.ledger.to_dict() if m.ledger is not None and m.per_client else None
+             for m in s.members]
+  # A checkpoint is written whole (orbax renames it when complete).
+  with s.interrupts.critical():
+    for i, (m, per_client) in enumerate(zip(s.members, ledgers)):
+      if m.checkpointer is not None:
+        m.checkpointer.save(rounds_done, s.lockstep.member_state(i, snapshot),
+                            m.checkpoint_meta(rounds_done, per_client))
+      m.kept_per_client = per_client
+    s.kept, s.kept_rounds = snapshot, rounds_done
+  if jax.process_count() > 1:  # every process stops after the same block
+    signum = _signal_of_any_process(s.interrupts.received)
+    if signum:
+      raise RunInterrupted(signum)
+
+
+def roll_back(s: Session) -> None:
+  """After a signal: every member back to the newest checkpoint (its state, its
+  rounds' records, metrics.jsonl rewritten to match, its ledger and controller)."""
+  primary = sharding.is_primary()
+  for i, m in enumerate(s.members):
+    m.state = s.lockstep.member_state(i, s.kept)
+    del m.written[s.kept_rounds:]
+    m.records = [dict(r, round=r["round"] - 1) for r in m.written]
+    if m.folder and primary:
+      outputs.write_atomic(os.path.join(m.folder, "metrics.jsonl"),
+                           "".join(json.dumps(m.published(r)) + "\n" for r in m.written))
+    spec = m.alg.privacy
+    if spec is not None and m.ledger is not None:
+      m.ledger = run_privacy.restored_ledger(spec, m.cfg.delta, m.written,
+                                             m.kept_per_client)
+    m.controller = m.new_controller(m.written)
+
+
+def finish(s: Session, t_start: float) -> None:
+  """Each member's final state, evaluation and summary (with ``summary_extra``; an
+  interrupted session's at its newest checkpoint, `roll_back`), written to its
+  summary.json, curves.png and trackers (primary process, members with files)."""
+  members = s.members
+  if s.interrupted is not None:
+    roll_back(s)
+  else:
+    for i, m in enumerate(members):
+      m.state = s.lockstep.member_state(i)
+      m.records = [dict(r, round=r["round"] - 1) for r in m.saved_records] + m.fresh
+  # One program: the same function for all.
+  eval_jit = jax.jit(members[0].device_evaluator.fn)
+  finals = []
+  for m in members:
+    values = eval_jit(m.state.params, s.eval_data)
+    finals.append({k: float(v) for k, v in zip(m.device_evaluator.names, values)})
+  wall = time.perf_counter() - t_start
+  for m, final in zip(members, finals):
+    plugin = m.cfg.plugin
+    summary = common_summary(m.cfg, m.setup, m.alg, m.z, m.ledger, m.records, m.written,
+                             final, m.labels, m.planned, m.guarded, s.interrupted, wall)
+    if s.interrupted is not None and m.resume_command and summary["interrupted"]["resume"]:
+      summary["interrupted"]["resume"] = m.resume_command
+    summary.update(plugin.summary_fields(m.alg, m.setup, m.controller, m.written))
+    summary.update(m.summary_extra)
+    m.summary = label_summary(summary, plugin, m.setup.data, final)
+    released = published_summary(m.summary, m.cfg)
+    if m.folder and sharding.is_primary():
+      outputs.write_atomic(os.path.join(m.folder, "summary.json"),
+                           json.dumps(outputs.json_safe(released), indent=2))
+      plots.plot_run([m.published(r) for r in m.written], outputs.json_safe(released),
+                     os.path.join(m.folder, "curves.png"))
+      m.trackers.write_summary(released)
+
+
+def _signal_of_any_process(received: Optional[int]) -> int:
+  """The signal number received by the lowest-indexed process that received one (0:
+  none), the same in every process of a multi-process run (a collective: all processes
+  call it, after every block)."""
+  from jax.experimental import multihost_utils
+  got = np.asarray(multihost_utils.process_allgather(np.int32(received or 0)))
+  hits = got[got != 0]
+  return int(hits[0]) if hits.size else 0
