@@ -24,6 +24,7 @@ BUILT_IN = (
     "fedjax_dp.algorithms.dp_mocha.plugin:DpMocha",
     "fedjax_dp.algorithms.lapa.plugin:Lapa",
     "fedjax_dp.algorithms.dp_ftrl.plugin:DpFtrl",
+    "fedjax_dp.algorithms.dp_fedprox.plugin:DpFedProx",
 )
 
 
