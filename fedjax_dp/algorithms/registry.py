@@ -25,6 +25,7 @@ BUILT_IN = (
     "fedjax_dp.algorithms.lapa.plugin:Lapa",
     "fedjax_dp.algorithms.dp_ftrl.plugin:DpFtrl",
     "fedjax_dp.algorithms.dp_fedprox.plugin:DpFedProx",
+    "fedjax_dp.algorithms.dp_scaffold.plugin:DpScaffold",
 )
 
 
