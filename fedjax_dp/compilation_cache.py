@@ -45,6 +45,11 @@ from typing import Optional, Union
 
 from fedjax_dp.validation import FedJaxDpError
 
+__all__ = [
+    "ENV_DIR", "ENV_SWITCH", "MIN_COMPILE_TIME_SECS", "MIN_ENTRY_SIZE_BYTES",
+    "disabled_by_environment", "default_dir", "enable", "disable", "active_dir",
+]
+
 ENV_DIR = "FEDJAX_DP_CACHE_DIR"
 """Environment variable: the cache folder (used as given)."""
 
@@ -135,7 +140,7 @@ def enable(cache_dir: Union[str, os.PathLike, None, bool] = None) -> Optional[st
                         f"False (no cache), got {cache_dir!r}.", option="cache_dir")
   path = os.path.abspath(os.path.expanduser(os.fspath(cache_dir)))
   import jax
-  if path == _active == jax.config.jax_compilation_cache_dir:
+  if path == _active == _jax_cache_dir():
     return path
   why = _writable(path)
   if why is not None:
@@ -147,7 +152,7 @@ def enable(cache_dir: Union[str, os.PathLike, None, bool] = None) -> Optional[st
                   stacklevel=2)
     return _active
   from jax.experimental.compilation_cache import compilation_cache as jax_cc
-  moved = jax.config.jax_compilation_cache_dir not in (None, path)
+  moved = _jax_cache_dir() not in (None, path)
   jax.config.update("jax_compilation_cache_dir", path)
   jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_TIME_SECS)
   jax.config.update("jax_persistent_cache_min_entry_size_bytes", MIN_ENTRY_SIZE_BYTES)
@@ -162,7 +167,7 @@ def disable() -> None:
   global _active
   import jax
   from jax.experimental.compilation_cache import compilation_cache as jax_cc
-  if jax.config.jax_compilation_cache_dir is not None:
+  if _jax_cache_dir() is not None:
     jax.config.update("jax_compilation_cache_dir", None)
     jax_cc.reset_cache()  # drops the cache JAX opened; with no folder it opens none
   _active = None
@@ -170,5 +175,12 @@ def disable() -> None:
 
 def active_dir() -> Optional[str]:
   """The folder JAX's persistent cache uses now (whoever set it), or None."""
+  return _jax_cache_dir()
+
+
+def _jax_cache_dir() -> Optional[str]:
+  """JAX's ``jax_compilation_cache_dir`` option now (None: no cache folder)."""
   import jax
-  return jax.config.jax_compilation_cache_dir
+  # jax.config's options are attributes it adds at run time (jax 0.10's `Config` declares
+  # none), unseen by type checkers: read by name.
+  return getattr(jax.config, "jax_compilation_cache_dir")

@@ -18,6 +18,10 @@ import signal
 import threading
 from typing import Iterator, Optional
 
+__all__ = [
+    "SIGNALS", "RunInterrupted", "GracefulInterrupts",
+]
+
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 

@@ -14,6 +14,12 @@ from typing import Any, Optional
 
 import numpy as np
 
+__all__ = [
+    "FedJaxDpError", "check_finite", "check_positive", "check_non_negative",
+    "check_epsilon", "check_delta", "check_probability", "check_int", "check_choice",
+    "check_weights",
+]
+
 
 _FLOAT32_TINY = float(np.finfo(np.float32).tiny)
 

@@ -21,6 +21,10 @@ from fedjax_dp.federated.client import ClientMetrics
 from fedjax_dp.federated.population import PopulationData
 from fedjax_dp.privacy import clipping
 
+__all__ = [
+    "stored_update_client", "population", "gaussian_sum_mechanism",
+]
+
 
 def stored_update_client(params_template: Any):
   """``client_update(params, x, y, count, key, hparams)`` returning, as the update, the
@@ -50,7 +54,7 @@ def stored_update_client(params_template: Any):
 
 def population(rows: np.ndarray, labels: Optional[np.ndarray] = None,
                counts: Optional[np.ndarray] = None) -> PopulationData:
-  """A host `PopulationData` from per-client example rows.
+  """A `PopulationData` (on the default device) from per-client example rows.
 
   Args:
     rows: float ``[N, max_examples, D]`` features (or ``[N, D]``: one example each).
@@ -63,7 +67,7 @@ def population(rows: np.ndarray, labels: Optional[np.ndarray] = None,
   n, m = x.shape[:2]
   y = np.zeros((n, m), np.int32) if labels is None else np.asarray(labels, np.int32)
   c = np.full(n, m, np.int32) if counts is None else np.asarray(counts, np.int32)
-  return PopulationData(x, y, c)
+  return PopulationData(jnp.asarray(x), jnp.asarray(y), jnp.asarray(c))
 
 
 def gaussian_sum_mechanism(clip_norm: float, noise_multiplier: float):

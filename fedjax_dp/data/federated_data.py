@@ -24,6 +24,10 @@ import numpy as np
 
 from fedjax_dp.validation import FedJaxDpError
 
+__all__ = [
+    "FederatedData", "from_client_lists", "pad_client_arrays",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class FederatedData:

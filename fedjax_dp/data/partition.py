@@ -46,6 +46,13 @@ from fedjax_dp.data.federated_data import FederatedData, pad_client_arrays
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int, check_positive,
                                   check_probability)
 
+__all__ = [
+    "RngLike", "METHODS", "METHOD_KWARGS", "SHORTHAND_PARAM", "SPEC_PARAMS",
+    "FIELD_PARAMS", "parse_partition_spec", "resolve_partition", "describe_partition",
+    "iid", "dirichlet", "shards", "quantity_skew", "natural", "gather_padded",
+    "partition", "pooled", "split_clients",
+]
+
 RngLike = Union[np.random.Generator, int, np.integer]
 
 METHODS = ("natural", "iid", "dirichlet", "shards", "quantity_skew")
@@ -469,7 +476,7 @@ def quantity_skew(num_examples: int, num_clients: int, alpha: Optional[float] = 
   if rng is None:
     raise FedJaxDpError("quantity_skew needs rng (a numpy.random.Generator or int seed).")
   rng = _as_rng(rng)
-  if alpha is not None:
+  if sigma is None:  # alpha is given (exactly one of the two, checked above)
     q = rng.dirichlet(np.full(c, check_positive("alpha", alpha)))
   else:
     s = float(sigma)

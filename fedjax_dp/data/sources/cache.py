@@ -9,6 +9,10 @@ from typing import Dict, Optional
 
 import numpy as np
 
+__all__ = [
+    "CACHE_ENV", "cache_dir", "save_npz_atomic", "load_npz",
+]
+
 CACHE_ENV = "FEDJAX_DP_CACHE"
 
 
@@ -36,7 +40,8 @@ def save_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
                              dir=directory)
   try:
     with os.fdopen(fd, "wb") as f:
-      np.savez(f, **arrays)
+      # No pickles (`load_npz` reads none); named, so that no array is taken for it.
+      np.savez(f, allow_pickle=False, **arrays)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)

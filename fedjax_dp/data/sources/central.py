@@ -7,6 +7,10 @@ from typing import Optional
 
 import numpy as np
 
+__all__ = [
+    "CentralData", "scale_images",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class CentralData:

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from fedjax_dp.validation import FedJaxDpError
 
+__all__ = [
+    "DatasetNotAvailableError", "DataFileError",
+]
+
 
 class DatasetNotAvailableError(FedJaxDpError):
   """A dataset's files are not on this machine (nothing is ever downloaded).

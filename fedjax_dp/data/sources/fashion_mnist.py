@@ -30,6 +30,11 @@ from fedjax_dp.data.sources.idx_dataset import (DATA_DIR_ENV, candidate_dirs,
                                                 find_idx_files, load_idx_dir,
                                                 not_in_data_dir, tfds_dirs)
 
+__all__ = [
+    "SYSTEM_DIRS", "DPKG_PACKAGE", "SUBDIRS", "NUM_CLASSES", "CLASS_NAMES", "HOW_TO_GET",
+    "locate", "load_fashion_mnist",
+]
+
 SYSTEM_DIRS = ("/usr/share/datasets/fashion-mnist",)
 DPKG_PACKAGE = "dataset-fashion-mnist"
 SUBDIRS = ("fashion_mnist", "fashion-mnist")

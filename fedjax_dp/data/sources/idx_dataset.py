@@ -9,6 +9,11 @@ from fedjax_dp.data.sources import idx, integrity
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.data.sources.central import CentralData, scale_images
 
+__all__ = [
+    "DATA_DIR_ENV", "find_idx_files", "candidate_dirs", "tfds_dirs",
+    "expected_idx_files", "not_in_data_dir", "load_idx_dir",
+]
+
 DATA_DIR_ENV = "FEDJAX_DP_DATA_DIR"
 
 _STEMS = {

@@ -36,6 +36,11 @@ from typing import Dict, Optional, Tuple
 
 from fedjax_dp.data.sources.errors import DataFileError
 
+__all__ = [
+    "UPSTREAM_MD5", "CONTENT_SHA256", "DPKG_INFO_DIR", "file_digest", "verify_dpkg_file",
+    "verify_package_file", "verify_idx_file",
+]
+
 #: MD5 of the upstream ``.gz`` files, by dataset and file name.
 UPSTREAM_MD5: Dict[str, Dict[str, str]] = {
     "fashion_mnist": {

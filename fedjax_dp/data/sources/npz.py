@@ -40,6 +40,11 @@ from fedjax_dp.data.federated_data import FederatedData
 from fedjax_dp.data.sources.errors import DataFileError, DatasetNotAvailableError
 from fedjax_dp.validation import FedJaxDpError
 
+__all__ = [
+    "PREFIX", "REQUIRED_KEYS", "OPTIONAL_KEYS", "LAYOUT", "NpzData", "path_of",
+    "read_npz", "save_npz",
+]
+
 PREFIX = "npz:"
 REQUIRED_KEYS = ("x", "y", "client_id")
 OPTIONAL_KEYS = ("test_x", "test_y", "num_classes", "name")
@@ -229,5 +234,6 @@ def save_npz(path: str, data: FederatedData) -> str:
                 num_classes=np.int64(data.num_classes), name=np.str_(data.name))
   if data.test_x is not None:
     arrays.update(test_x=np.asarray(data.test_x), test_y=np.asarray(data.test_y))
-  np.savez(path, **arrays)
+  # No pickles (`read_npz` reads none); named, so that no array is taken for it.
+  np.savez(path, allow_pickle=False, **arrays)
   return path if path.endswith(".npz") else path + ".npz"

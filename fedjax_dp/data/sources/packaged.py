@@ -11,6 +11,10 @@ import importlib.util
 import os
 from typing import Optional
 
+__all__ = [
+    "package_file",
+]
+
 
 def package_file(package: str, *parts: str) -> Optional[str]:
   """Path of ``<package folder>/<parts...>`` if the package is installed and the file

@@ -18,6 +18,10 @@ import numpy as np
 from fedjax_dp.data.federated_data import FederatedData, pad_client_arrays
 from fedjax_dp.validation import FedJaxDpError, check_int, check_non_negative, check_positive
 
+__all__ = [
+    "make_synthetic",
+]
+
 
 def _client_sizes(examples_per_client, num_clients: int,
                   rng: np.random.Generator) -> np.ndarray:

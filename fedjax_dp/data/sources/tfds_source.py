@@ -48,6 +48,11 @@ from fedjax_dp.data.sources.central import CentralData, scale_images
 from fedjax_dp.data.sources.errors import DatasetNotAvailableError
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
+__all__ = [
+    "TFDS_NAMES", "EMNIST_CONFIGS", "tfds_name_for", "tfds_installed", "how_to_get",
+    "default_data_dirs", "is_prepared", "load_tfds",
+]
+
 # Our dataset name -> default TFDS name.
 TFDS_NAMES = {
     "mnist": "mnist",
@@ -194,11 +199,18 @@ def load_tfds(tfds_name: str, *, data_dir: Optional[str] = None,
   where = data_dir or "the default TFDS data dirs (~/tensorflow_datasets, $TFDS_DATA_DIR)"
   if download:
     builder.download_and_prepare(file_format="array_record")
-  image_key, label_key = builder.info.supervised_keys or ("image", "label")
+  keys = builder.info.supervised_keys or ("image", "label")
+  features = builder.info.features
+  if (len(keys) != 2 or not isinstance(keys[0], str) or not isinstance(keys[1], str)
+      or not isinstance(features, tfds.features.FeaturesDict)):
+    raise FedJaxDpError(f"TFDS dataset {tfds_name!r}: its records are not (image, label) "
+                        f"pairs (supervised keys {keys!r}).")
+  image_key, label_key = keys[0], keys[1]
 
   def read(split):
     try:
-      src = builder.as_data_source(split=split)
+      # tfds 4.9's logging decorator (wrapt) hides the method's parameters from pyright.
+      src = builder.as_data_source(split=split)  # pyright: ignore[reportCallIssue]
       return _to_numpy_split(src, image_key, label_key)
     except (NotImplementedError, ValueError, AssertionError, FileNotFoundError) as e:
       if not builder.is_prepared():
@@ -218,7 +230,8 @@ def load_tfds(tfds_name: str, *, data_dir: Optional[str] = None,
             "format, which only TensorFlow can read, and TensorFlow is not installed. "
             "Install tensorflow, or re-prepare it with "
             "download_and_prepare(file_format='array_record').") from e
-      arrays = tfds.as_numpy(builder.as_dataset(split=split, batch_size=-1))
+      arrays = tfds.as_numpy(builder.as_dataset(
+          split=split, batch_size=-1))  # pyright: ignore[reportCallIssue] (as above)
       return np.asarray(arrays[image_key]), np.asarray(arrays[label_key], np.int32)
 
   with _quiet_absl():
@@ -228,7 +241,11 @@ def load_tfds(tfds_name: str, *, data_dir: Optional[str] = None,
   if base == "emnist":  # TFDS keeps EMNIST's transposed storage order.
     train_x = np.swapaxes(train_x, 1, 2)
     test_x = None if test_x is None else np.swapaxes(test_x, 1, 2)
-  num_classes = builder.info.features[label_key].num_classes
+  label = features[label_key]
+  num_classes = label.num_classes if isinstance(label, tfds.features.ClassLabel) else None
+  if num_classes is None:
+    raise FedJaxDpError(f"TFDS dataset {tfds_name!r}: its label {label_key!r} is not a "
+                        f"ClassLabel with a number of classes ({label!r}).")
   return CentralData(
       name=name or base, train_x=scale_images(train_x), train_y=train_y,
       test_x=None if test_x is None else scale_images(test_x), test_y=test_y,

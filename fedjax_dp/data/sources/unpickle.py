@@ -22,11 +22,16 @@ from __future__ import annotations
 
 import io
 import pickle
-from typing import Any, BinaryIO, Dict, Tuple
+from typing import Any, Dict, Protocol, Tuple
 
 import numpy as np
 
 from fedjax_dp.validation import FedJaxDpError
+
+__all__ = [
+    "PandasStub", "RestrictedUnpickler", "PickleSource", "restricted_load",
+    "restricted_loads", "frame_columns",
+]
 
 _NP_CORE = "numpy._core.multiarray" if hasattr(np, "_core") else "numpy.core.multiarray"
 
@@ -99,7 +104,16 @@ class RestrictedUnpickler(pickle.Unpickler):
     return super().find_class(*target)
 
 
-def restricted_load(file: BinaryIO, encoding: str = "latin1") -> Any:
+class PickleSource(Protocol):
+  """What `pickle.Unpickler` reads from: a binary file (an open file, `gzip.GzipFile`,
+  `io.BytesIO`, ...) with ``read(n)`` and ``readline()`` returning bytes."""
+
+  def read(self, n: int, /) -> bytes: ...
+
+  def readline(self) -> bytes: ...
+
+
+def restricted_load(file: PickleSource, encoding: str = "latin1") -> Any:
   """Reads one pickle from ``file`` with `RestrictedUnpickler`.
 
   Args:
