@@ -122,7 +122,7 @@ class RoundMetrics(NamedTuple):
   ``client_noise_multipliers`` holds every client's ``[num_clients]`` (None otherwise).
   ``sensitivity`` is the L2 sensitivity the noise multiplier is relative to.
 
-  Several releases per round (`fedjax_dp.algorithms.base.PrivacySpec.releases`, e.g.
+  Several releases per round (`fedjax_dp.algorithms.multi_release_spec.MultiReleaseSpec.releases`, e.g.
   federated MAML's inner and outer DP-SGD stages): ``releases`` maps each release's
   name to a dict with the keys ``noise_multiplier`` (z of its event, ``noise_stddev /
   sensitivity``), ``sampling_rate``, ``dp_steps`` (int32), ``noise_stddev`` and
