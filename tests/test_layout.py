@@ -231,3 +231,17 @@ def test_the_engine_names_no_algorithms_hyper_parameter_field():
   hits = _field_hits(fields)
   assert not hits, "an algorithm's hyper-parameter fields in the engine:\n" + \
       "\n".join(hits)
+
+
+def test_pyright_baseline_holds_no_error_in_the_engine_and_only_shrinks():
+  """CI's type check (.ci/pyright_check.py) fails on any file with more pyright errors
+  than .ci/pyright_baseline.json allows; the engine, the privacy code and the run loop
+  are held at zero there (issue 31)."""
+  import json
+  path = os.path.join(os.path.dirname(ROOT), ".ci", "pyright_baseline.json")
+  with open(path) as f:
+    baseline = json.load(f)
+  assert all(isinstance(n, int) and n > 0 for n in baseline.values()), baseline
+  engine = [f for f in baseline
+            if f.startswith(("fedjax_dp/federated/", "fedjax_dp/privacy/", "fedjax_dp/runs/"))]
+  assert not engine, f"pyright errors allowed in the engine: {engine}"

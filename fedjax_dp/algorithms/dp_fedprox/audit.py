@@ -13,19 +13,17 @@ from fedjax_dp.algorithms.dp_fedprox.algorithm import dp_fedprox
 
 __all__ = ["targets"]
 
-#: Sized like DP-FedAvg's Poisson target (20,000 repetitions catch half the noise).
-PARAMS = dict(rounds=3, q=0.8, z=2.6, others=3, prox_mu=0.1)
+#: Sized like DP-FedAvg's Poisson target (20,000 repetitions catch half the noise):
+#: rounds, sampling rate, noise multiplier, users besides the canary, mu.
+ROUNDS, Q, Z, OTHERS, PROX_MU = 3, 0.8, 2.6, 3, 0.1
 
 
 def _setup(brk: str):
-  p = PARAMS
-
   def build(data, client, **extra):
-    return dp_fedprox(audit_model(), data, prox_mu=p["prox_mu"], clip_norm=1.0,
-                      noise_multiplier=p["z"], sampling_rate=p["q"],
-                      client_update=client, **extra)
+    return dp_fedprox(audit_model(), data, prox_mu=PROX_MU, clip_norm=1.0,
+                      noise_multiplier=Z, sampling_rate=Q, client_update=client, **extra)
 
-  return poisson_canary_setup(build, brk, p["rounds"], p["z"], p["q"], p["others"],
+  return poisson_canary_setup(build, brk, ROUNDS, Z, Q, OTHERS,
                               "dp_fedprox, Poisson cohorts, central noise")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List
 
 import jax
+import jax.flatten_util
 import jax.numpy as jnp
 
 from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, Target, audit_model,
@@ -19,7 +20,8 @@ from fedjax_dp.algorithms.dp_scaffold.algorithm import dp_scaffold
 
 __all__ = ["targets", "observe_aggregate"]
 
-PARAMS = dict(rounds=3, q=0.8, z=2.6, others=3)
+#: Rounds, sampling rate, noise multiplier, users besides the canary (as DP-FedAvg's).
+ROUNDS, Q, Z, OTHERS = 3, 0.8, 2.6, 3
 
 
 def observe_aggregate(before, after, metrics):
@@ -31,13 +33,11 @@ def observe_aggregate(before, after, metrics):
 
 
 def _setup(brk: str):
-  p = PARAMS
-
   def build(data, client, **extra):
-    return dp_scaffold(audit_model(), data, clip_norm=1.0, noise_multiplier=p["z"],
-                       sampling_rate=p["q"], client_update=client, **extra)
+    return dp_scaffold(audit_model(), data, clip_norm=1.0, noise_multiplier=Z,
+                       sampling_rate=Q, client_update=client, **extra)
 
-  return poisson_canary_setup(build, brk, p["rounds"], p["z"], p["q"], p["others"],
+  return poisson_canary_setup(build, brk, ROUNDS, Z, Q, OTHERS,
                               "dp_scaffold, Poisson cohorts, central noise, model and "
                               "control variate observed", observe=observe_aggregate)
 
