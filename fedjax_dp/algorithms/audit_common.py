@@ -8,7 +8,7 @@ collected from the registry by `fedjax_dp.algorithms.audit_targets`."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 import dp_accounting
 import jax
@@ -19,6 +19,11 @@ from fedjax_dp.auditing import Setup, ledger_claim, population, upload_observer
 from fedjax_dp.models import create_model
 from fedjax_dp.privacy import accountants
 from fedjax_dp.validation import FedJaxDpError
+
+__all__ = ["DELTA", "COMMON_BREAKS", "CLAIM_ONLY_BREAKS", "AMPLIFIED_CLAIM", "Target",
+           "spec_of", "audit_model", "planned_claim", "declared_observation",
+           "amplified_claim", "canary_vector", "schedule", "zero_params", "rescale",
+           "paper_worlds", "poisson_canary_setup"]
 
 #: The delta of every audit claim (a larger delta lowers the claim, not the bound, so
 #: audits of this size can catch smaller violations).
@@ -148,7 +153,8 @@ def paper_worlds(n_per_client: int, clients: int):
 
 
 def poisson_canary_setup(build: Callable, brk: str, rounds: int, z: float, q: float,
-                         others: int, description: str, observe: Callable = None) -> Setup:
+                         others: int, description: str,
+                         observe: Optional[Callable] = None) -> Setup:
   """The two worlds of a user-level algorithm with central noise and Poisson cohorts
   under add/remove of a canary user whose upload is 10x the clip norm C = 1 in one
   coordinate (stored in its data row, `fedjax_dp.auditing.stored_update_client`), the

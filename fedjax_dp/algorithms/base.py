@@ -12,12 +12,21 @@ import jax
 from fedjax_dp.algorithms.multi_release_spec import MultiReleaseSpec, Release
 from fedjax_dp.algorithms.privacy_spec import (CorrelatedNoiseSpec, PerClientPrivacySpec,
                                                PrivacySpec, PrivacyStatement)
-from fedjax_dp.federated.round import RoundHParams
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.validation import FedJaxDpError
 
-__all__ = ["Algorithm", "require_learning_rates", "Release", "PrivacyStatement",
-           "PrivacySpec", "PerClientPrivacySpec", "CorrelatedNoiseSpec", "MultiReleaseSpec"]
+__all__ = ["Algorithm", "HParams", "require_learning_rates", "Release",
+           "PrivacyStatement", "PrivacySpec", "PerClientPrivacySpec", "CorrelatedNoiseSpec", "MultiReleaseSpec"]
+
+#: An algorithm's per-round hyper-parameters: a NamedTuple pytree of float scalars (or
+#: arrays) that the driver broadcasts to ``[rounds]`` schedules and hands to the round,
+#: one entry per round. It is the engine's `RoundHParams` for the rounds built from the
+#: engine's stages (the FedAvg family, DP-FTRL, the model-upload papers) and an
+#: algorithm's own NamedTuple for a round of its own (e.g. LAPA's ``LapaHParams``,
+#: RDP-PFL's ``RdpPflHParams``, DP-MOCHA's ``DpMochaHParams``). Typed `Any` because the
+#: engine's schedule functions take either and this module may not name an algorithm's
+#: types; code that reads an algorithm's own fields knows (or checks) which it has.
+HParams = Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,7 +37,8 @@ class Algorithm:
     name: algorithm name.
     round_fn: ``round_fn(state, data, hp, root_key) -> (state, RoundMetrics)``.
     init: ``init(key) -> ServerState``.
-    hparams: default per-round `RoundHParams` (scalars; the driver broadcasts them).
+    hparams: default per-round hyper-parameters (`HParams`: a `RoundHParams` or the
+      algorithm's own NamedTuple; scalars, which the driver broadcasts).
     privacy: its privacy statement (a `PrivacyStatement` variant: `PrivacySpec`,
       `PerClientPrivacySpec`, `CorrelatedNoiseSpec`, `MultiReleaseSpec`, ...), or None
       for a non-private algorithm.
@@ -39,7 +49,7 @@ class Algorithm:
   name: str
   round_fn: Callable
   init: Callable[[jax.Array], ServerState]
-  hparams: RoundHParams
+  hparams: HParams
   privacy: Optional[PrivacyStatement]
   k_max: int
   config: Dict[str, Any]

@@ -44,13 +44,20 @@ from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping,
 
 import numpy as np
 
-from fedjax_dp.algorithms.base import Algorithm
-from fedjax_dp.federated.driver import ScheduleBound, constant_schedule
-from fedjax_dp.federated.round import RoundHParams
+from fedjax_dp.algorithms.base import Algorithm, HParams
+from fedjax_dp.federated.driver import DeviceEvaluator, ScheduleBound, constant_schedule
 from fedjax_dp.validation import check_choice
 
-if TYPE_CHECKING:  # the audit's types import the auditing stack: only for annotations
+if TYPE_CHECKING:  # these types import the auditing and data stacks: annotations only
+  import jax
+
   from fedjax_dp.algorithms.audit_common import Target
+  from fedjax_dp.data.federated_data import FederatedData
+  from fedjax_dp.federated.population import PopulationData
+  from fedjax_dp.models.core import Model
+
+__all__ = ["choices", "check_choices", "Block", "Controller", "Prepared", "Setup",
+           "SmokeConfig", "ModelSpec", "FederatedAlgorithm", "TINY_SYNTHETIC_RUN"]
 
 
 def choices(options_cls: type, name: str) -> Tuple[Any, ...]:
@@ -108,8 +115,9 @@ class Block:
   """Rounds to run through the compiled block function in one call.
 
   Attributes:
-    hparams: `RoundHParams` whose leaves have a leading ``[rounds]`` axis (entry ``t``
-      is the ``t``-th round of the block).
+    hparams: the algorithm's hyper-parameters (`fedjax_dp.algorithms.base.HParams`)
+      whose leaves have a leading ``[rounds]`` axis (entry ``t`` is the ``t``-th round
+      of the block).
     rounds: how many rounds (>= 1).
     block_size: rounds per compiled call (evaluation can only happen inside one).
     eval_every: evaluate every this many rounds (counted from the block's start) and
@@ -117,7 +125,7 @@ class Block:
     population: a device `fedjax_dp.federated.PopulationData` for these rounds, or None
       for the run's (a paper's data change mid-run uses it; same shapes, no recompile).
   """
-  hparams: RoundHParams
+  hparams: HParams
   rounds: int
   block_size: int
   eval_every: int
@@ -154,7 +162,7 @@ class Controller:
     return Block(self.schedule(done, stop), stop - done, self.eval_every,
                  self.eval_every, population)
 
-  def schedule(self, start: int, stop: int) -> RoundHParams:
+  def schedule(self, start: int, stop: int) -> HParams:
     """Hyper-parameters ``[stop - start]`` of rounds ``start .. stop - 1`` (0-based).
     Default: the algorithm's constant ones."""
     return constant_schedule(self.alg.hparams, stop - start)
@@ -182,8 +190,8 @@ class Prepared:
     extras: whatever else the algorithm's later hooks need (e.g. a scenario's client
       parts), in `Setup.extras`.
   """
-  data: Any
-  phases: Optional[List[Tuple[int, Any]]] = None
+  data: FederatedData
+  phases: Optional[List[Tuple[int, FederatedData]]] = None
   extras: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -192,8 +200,9 @@ class Setup:
   """One run's inputs to an algorithm's hooks.
 
   Attributes:
-    run: the run's `fedjax_dp.runs.config.RunConfig` (rounds, delta, seed, ...).
-    options: the algorithm's options (an instance of its ``Options``).
+    run: the run's `fedjax_dp.runs.config.RunConfig` (rounds, delta, seed, ...; typed
+      `Any`: the algorithms may not import `fedjax_dp.runs`, which imports them).
+    options: the algorithm's options (an instance of its own ``Options`` class).
     data: the `FederatedData` trained on (after `FederatedAlgorithm.prepare`).
     model: the `fedjax_dp.models.Model`.
     mesh: the client mesh, or None.
@@ -204,11 +213,11 @@ class Setup:
   """
   run: Any
   options: Any
-  data: Any
-  model: Any
-  mesh: Any = None
+  data: FederatedData
+  model: Model
+  mesh: Optional[jax.sharding.Mesh] = None
   extras: Dict[str, Any] = dataclasses.field(default_factory=dict)
-  phases: Optional[List[Tuple[int, Any]]] = None
+  phases: Optional[List[Tuple[int, PopulationData]]] = None
   model_name: Optional[str] = None
 
 
@@ -327,7 +336,7 @@ class FederatedAlgorithm:
     (`default_target_epsilon` applies only then). Default: True."""
     return True
 
-  def evaluator(self, alg: Algorithm, setup: Setup):
+  def evaluator(self, alg: Algorithm, setup: Setup) -> Optional[DeviceEvaluator]:
     """The run's evaluation inside the compiled rounds: a
     `fedjax_dp.federated.driver.DeviceEvaluator` whose ``names`` start with ``"loss"``
     and ``"accuracy"`` (records get ``test_<name>``; the first two are the run's test

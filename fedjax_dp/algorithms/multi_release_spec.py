@@ -15,7 +15,7 @@ import numpy as np
 
 from fedjax_dp.algorithms.privacy_spec import PrivacyStatement
 from fedjax_dp.privacy import disclosure, events
-from fedjax_dp.privacy.ledger_protocol import Ledger, PrivacyReport
+from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.privacy.multi_release import (RELEASE_TRUNCATION_FIELDS, MultiReleaseLedger,
                                              check_release_name, release_field)
 from fedjax_dp.privacy.rounds import check_truncation
@@ -140,7 +140,7 @@ class MultiReleaseSpec(PrivacyStatement):
     of every release (`GroupedPrivacySpec` has others)."""
     return (self.release_names,)
 
-  def make_ledger(self, delta: float) -> Ledger:
+  def make_ledger(self, delta: float) -> MultiReleaseLedger:
     """An empty `MultiReleaseLedger` of the releases (each with its own truncation),
     composed per group of `groups` (its epsilon: the largest group's)."""
     return MultiReleaseLedger(self.release_names, delta,

@@ -8,7 +8,7 @@ choices (checked by `fedjax_dp.algorithms.interface.check_choices`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal, Optional
+from typing import Annotated, Literal, Optional, Tuple, get_args
 
 import tyro
 
@@ -16,9 +16,21 @@ from fedjax_dp.algorithms.interface import check_choices
 from fedjax_dp.federated.server import SERVER_OPTIMIZERS
 from fedjax_dp.validation import FedJaxDpError, check_int, check_positive, check_probability
 
+__all__ = ["DEFAULT_SAMPLING_RATE", "ClientOptimizer", "CLIENT_OPTIMIZERS",
+           "ServerOptimizer", "FederatedOptions"]
+
 #: The expected cohort's rate when neither sampling_rate nor clients_per_round is given.
 DEFAULT_SAMPLING_RATE = 0.5
-CLIENT_OPTIMIZERS = ("sgd", "momentum", "adam")
+#: The client optimisers (`fedjax_dp.algorithms.fedavg_family.client_optimizer`; the
+#: tuple: their names).
+ClientOptimizer = Literal["sgd", "momentum", "adam"]
+CLIENT_OPTIMIZERS: Tuple[str, ...] = get_args(ClientOptimizer)
+#: The server optimisers, as a type for the options: `fedjax_dp.federated.server`'s
+#: ``SERVER_OPTIMIZERS`` (checked at import, so the two cannot drift apart).
+ServerOptimizer = Literal["fedavg", "fedavgm", "fedadam", "fedyogi"]
+if get_args(ServerOptimizer) != tuple(SERVER_OPTIMIZERS):
+  raise ImportError(f"options.ServerOptimizer {get_args(ServerOptimizer)} is not "
+                    f"fedjax_dp.federated.server.SERVER_OPTIMIZERS {SERVER_OPTIMIZERS}.")
 
 
 @dataclasses.dataclass
@@ -38,11 +50,11 @@ class FederatedOptions:
   """local steps per round (replaces --local-epochs)"""
   batch_size: int = 16
   """local minibatch size"""
-  client_optimizer: Literal[CLIENT_OPTIMIZERS] = "sgd"
+  client_optimizer: ClientOptimizer = "sgd"
   """local optimiser"""
   client_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--client-lr",))] = 0.1
   """client learning rate"""
-  server_optimizer: Literal[SERVER_OPTIMIZERS] = "fedavg"
+  server_optimizer: ServerOptimizer = "fedavg"
   """server optimiser (an optax transform of the averaged update)"""
   server_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--server-lr",))] = 1.0
   """server learning rate"""

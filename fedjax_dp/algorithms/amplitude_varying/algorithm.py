@@ -56,7 +56,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import (Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union,
+                    get_args)
 
 import jax
 import numpy as np
@@ -73,7 +74,12 @@ from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_delta, check_epsilon,
                                   check_int, check_positive)
 
-MECHANISMS = ("gaussian", "laplace", "none")
+__all__ = ["Mechanism", "MECHANISMS", "amplitude_varying", "schedule_hparams",
+           "hparams_for", "OnlineRefinement", "NoiseController", "train_algorithm1"]
+
+#: The noise of `amplitude_varying` (the tuple: its values).
+Mechanism = Literal["gaussian", "laplace", "none"]
+MECHANISMS: Tuple[str, ...] = get_args(Mechanism)
 
 
 def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3,
@@ -144,18 +150,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
   sens = sensitivity.model_upload_sensitivity(
       sensitivity_mode, schedules.sensitivity(c, int(counts.min())),  # Sec. III-C
       c, eta, tau, min(b_size, int(counts.min())), grad_clip_norm)
-  delta_s = sens.calibration                                        # eq. (8) with it
-  if mechanism == "gaussian":
-    stddevs = schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
-  elif mechanism == "laplace":                                      # "Lap", constant
-    gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
-    # Pure DP needs the L1 sensitivity: sqrt(P) times the L2 one (issue 30).
-    dim = sum(int(np.size(l)) for l in jax.tree_util.tree_leaves(
-        jax.eval_shape(model.init, jax.random.key(0))))
-    b = schedules.laplace_scale(eps, math.sqrt(dim) * delta_s, rounds, laplace_mode, gauss)
-    stddevs = schedules.constant_noise_schedule(math.sqrt(2.0) * b, rounds)
-  else:
-    stddevs = np.zeros(rounds)
+  stddevs = _noise_schedule(mechanism, model, eps, delta, q, sens.calibration, vartheta,
+                            rounds, laplace_mode)
   client = make_client_update(model, optax.sgd(1.0), batch_size=b_size,
                               max_examples=full_batch, local_steps=tau)
   config = RoundConfig(
@@ -174,22 +170,8 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
       sensitivity=sens.guarantee, sensitivity_paper=sens.paper,
       calibration_sensitivity=sens.calibration, min_local_dataset_size=int(counts.min()),
       stddevs=[float(s) for s in stddevs])
-  privacy = None
-  if mechanism == "gaussian":
-    relation = round_relation(sampler, config)
-    privacy = PrivacySpec(
-        "record-level", relation, sampler.kind, sampling_rate=q,
-        population_size=u, cohort_size=k, clip_norm=c,
-        observation=round_observation(config),  # p_k needs each sender
-        clipped="each client's parameters after every local step (C)",
-        note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
-              f"guarantee uses the sensitivity the code enforces, Delta = "
-              f"{sens.guarantee:.4g} ("
-              + ("2C, the parameter ball" if sensitivity_mode == "paper" else
-                 "clipped per-example gradients") + "); "
-              + (f"epsilon_conditional_rdp assumes the paper's Delta_s = 2C/min|D_k| = "
-                 f"{sens.paper:.4g}, which the unclipped local GD does not guarantee"
-                 if sensitivity_mode == "paper" else "eq. (8) calibrated with it")))
+  privacy = (_privacy_statement(sampler, config, c, sens, sensitivity_mode)
+             if mechanism == "gaussian" else None)
   hp = hparams_for(alg_config, stddevs[:1])
   return Algorithm(
       name="amplitude_varying", round_fn=round_fn,
@@ -199,8 +181,47 @@ def amplitude_varying(model, data, *, epsilon: float = 10.0, delta: float = 1e-3
       privacy=privacy, k_max=sampler.k_max, config=alg_config, sampling_rate=q)
 
 
-def schedule_hparams(stddevs: Sequence[float], sensitivity: float, sampling_rate: float,
-                     learning_rate: float, clip_norm: float,
+def _noise_schedule(mechanism: str, model, eps: float, delta: float, q: float,
+                    delta_s: float, vartheta: float, rounds: int, laplace_mode: str
+                    ) -> np.ndarray:
+  """sigma_m ``[M]``: eq. (8)'s geometric schedule calibrated with ``delta_s`` (the
+  Delta of eq. 8), the "Lap" baseline's constant one, or zeros (no noise)."""
+  if mechanism == "gaussian":
+    return schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
+  if mechanism == "laplace":                                        # "Lap", constant
+    gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
+    # Pure DP needs the L1 sensitivity: sqrt(P) times the L2 one (issue 30).
+    dim = sum(int(np.size(l)) for l in jax.tree_util.tree_leaves(
+        jax.eval_shape(model.init, jax.random.key(0))))
+    b = schedules.laplace_scale(eps, math.sqrt(dim) * delta_s, rounds, laplace_mode, gauss)
+    return schedules.constant_noise_schedule(math.sqrt(2.0) * b, rounds)
+  return np.zeros(rounds)
+
+
+def _privacy_statement(sampler: FixedSizeSampler, config: RoundConfig, c: float,
+                       sens: sensitivity.ModelUploadSensitivity, sensitivity_mode: str
+                       ) -> PrivacySpec:
+  """The record-level statement of the Gaussian mechanism (module docstring): each
+  sampled client's noisy model seen with its sender, the sensitivity the code enforces."""
+  u, k = sampler.population_size, sampler.cohort_size
+  relation = round_relation(sampler, config)
+  return PrivacySpec(
+      "record-level", relation, sampler.kind, sampling_rate=k / u,
+      population_size=u, cohort_size=k, clip_norm=c,
+      observation=round_observation(config),  # p_k needs each sender
+      clipped="each client's parameters after every local step (C)",
+      note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
+            f"guarantee uses the sensitivity the code enforces, Delta = "
+            f"{sens.guarantee:.4g} ("
+            + ("2C, the parameter ball" if sensitivity_mode == "paper" else
+               "clipped per-example gradients") + "); "
+            + (f"epsilon_conditional_rdp assumes the paper's Delta_s = 2C/min|D_k| = "
+               f"{sens.paper:.4g}, which the unclipped local GD does not guarantee"
+               if sensitivity_mode == "paper" else "eq. (8) calibrated with it")))
+
+
+def schedule_hparams(stddevs: Union[Sequence[float], np.ndarray], sensitivity: float,
+                     sampling_rate: float, learning_rate: float, clip_norm: float,
                      grad_clip_norm: Optional[float] = None) -> RoundHParams:
   """Per-round `RoundHParams` ``[M]`` for a schedule of standard deviations sigma_m.
 
@@ -222,7 +243,8 @@ def schedule_hparams(stddevs: Sequence[float], sensitivity: float, sampling_rate
       server_learning_rate=full(1.0), noise_stddev=s, sensitivity=full(sensitivity))
 
 
-def hparams_for(config: Dict[str, Any], stddevs: Sequence[float]) -> RoundHParams:
+def hparams_for(config: Dict[str, Any], stddevs: Union[Sequence[float], np.ndarray]
+                ) -> RoundHParams:
   """`schedule_hparams` for an algorithm's ``config`` (its Delta, q, eta, C and G) and
   the per-round standard deviations ``stddevs`` ``[M]``."""
   return schedule_hparams(stddevs, config["sensitivity"], config["sampling_rate"],

@@ -12,13 +12,15 @@ import tyro
 
 from fedjax_dp.algorithms.amplitude_varying import schedules
 from fedjax_dp.algorithms.amplitude_varying.algorithm import (
-    MECHANISMS, NoiseController, OnlineRefinement, amplitude_varying, hparams_for)
+    Mechanism, NoiseController, OnlineRefinement, amplitude_varying, hparams_for)
 from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
 from fedjax_dp.algorithms.interface import (Block, Controller, FederatedAlgorithm,
                                             ModelSpec, SmokeConfig, check_choices)
 from fedjax_dp.algorithms.sensitivity_modes import SensitivityOptions, conditional_epsilon
 from fedjax_dp.privacy import accountants, disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int, check_positive)
+
+__all__ = ["AmplitudeVaryingOptions", "ScheduleController", "AmplitudeVarying"]
 
 
 @dataclasses.dataclass
@@ -39,15 +41,15 @@ class AmplitudeVaryingOptions(SensitivityOptions):
   """local minibatch size (default: the full local dataset, the paper's GD)"""
   client_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--client-lr",))] = 0.1
   """eta, the local step size"""
-  mechanism: Literal[MECHANISMS] = "gaussian"
+  mechanism: Mechanism = "gaussian"
   """gaussian (the paper's), laplace (its constant 'Lap' baseline) or none (no noise,
   clipping kept)"""
-  laplace_mode: Literal[schedules.LAPLACE_MODES] = "pure_dp_split"
+  laplace_mode: schedules.LaplaceMode = "pure_dp_split"
   """calibration of the Laplace baseline"""
   alpha_d: Optional[float] = None
   """online refinement (Theorem 2): when the test loss stops decreasing,
   M' = ceil(alpha_d M) and sigma is recomputed"""
-  refinement_mode: Literal[schedules.REFINEMENT_MODES] = "paper"
+  refinement_mode: schedules.RefinementMode = "paper"
   """paper: eq. (9) as printed; exact_budget: never exceeds the budget"""
 
 
@@ -72,7 +74,7 @@ class ScheduleController(Controller):
     return hparams_for(self.alg.config, self.alg.config["stddevs"][start:stop])
 
   def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
-    out = {"planned_rounds": self.noise.planned}  # the horizon this round ran under
+    out: Dict[str, Any] = {"planned_rounds": self.noise.planned}  # this round's horizon
     self.noise.observe(record["noise_stddev"], record.get("test_loss"))
     out["epsilon_paper"] = self.noise.epsilon_paper()
     if self.alg.privacy is not None:  # z if the paper's Delta_s held
@@ -166,8 +168,9 @@ class AmplitudeVarying(FederatedAlgorithm):
     return ScheduleController(alg, eval_every, refinement)
 
   def summary_fields(self, alg, setup, controller, records) -> Dict[str, Any]:
+    assert isinstance(controller, ScheduleController), controller  # `controller`'s
     c, noise = alg.config, controller.noise
-    out = dict(
+    out: Dict[str, Any] = dict(
         epsilon_paper=noise.epsilon_paper(),
         epsilon_paper_exact_moment_bound=(schedules.paper_epsilon_exact(
             noise.used, c["sampling_rate"], c["calibration_sensitivity"], c["delta"])
@@ -188,7 +191,8 @@ class AmplitudeVarying(FederatedAlgorithm):
       out.update(conditional_epsilon(alg, records, c["delta"]))
     return out
 
-  def describe(self, s: Dict[str, Any]) -> List[str]:
+  def describe(self, summary: Dict[str, Any]) -> List[str]:
+    s = summary
     if s.get("mechanism_note"):
       return [s["mechanism_note"]]
     if s.get("epsilon_paper") is None:

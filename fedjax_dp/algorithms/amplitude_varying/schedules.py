@@ -26,15 +26,25 @@ the same units, epsilon and delta are the usual DP parameters.
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Literal, Optional, Sequence, Tuple, get_args
 
 import numpy as np
 
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, check_int,
                                   check_positive, check_probability)
 
-REFINEMENT_MODES = ("paper", "exact_budget")
-LAPLACE_MODES = ("pure_dp_split", "variance_matched")
+__all__ = ["RefinementMode", "LaplaceMode", "REFINEMENT_MODES", "LAPLACE_MODES",
+           "sensitivity", "geometric_sum", "noise_budget", "initial_amplitude",
+           "geometric_variances", "geometric_schedule", "privacy_load", "paper_epsilon",
+           "paper_epsilon_exact", "refined_amplitude", "laplace_scale",
+           "constant_noise_schedule"]
+
+#: The choices of online refinement (`OnlineRefinement.mode`) and of the Laplace
+#: baseline's calibration (`laplace_scale`); the tuples are their values.
+RefinementMode = Literal["paper", "exact_budget"]
+LaplaceMode = Literal["pure_dp_split", "variance_matched"]
+REFINEMENT_MODES: Tuple[str, ...] = get_args(RefinementMode)
+LAPLACE_MODES: Tuple[str, ...] = get_args(LaplaceMode)
 
 
 def sensitivity(clip_norm: float, local_dataset_size: int) -> float:

@@ -50,81 +50,30 @@ amplification by client sampling is conservatively NOT claimed.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
-import optax
 
+from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms.base import (Algorithm, PerClientPrivacySpec, PrivacySpec,
                                        require_learning_rates)
 from fedjax_dp.federated import aggregation, engine, server, sharding, stages
 from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, init_mechanism_state,
                                        make_round, round_observation, round_relation)
-from fedjax_dp.federated.sampling import FixedSizeSampler, PoissonSampler
 from fedjax_dp.privacy import adaptive_clipping as adaptive_lib
-from fedjax_dp.privacy import events, sensitivity
+from fedjax_dp.privacy import sensitivity
 from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 
-
-def _client_optimizer(name: str, lr: float) -> optax.GradientTransformation:
-  """The named client optimiser with learning rate 1: the rate ``lr`` (validated here)
-  enters as ``ClientHParams.learning_rate``, an array, so sweeping it never recompiles."""
-  check_choice("client_optimizer", name, ("sgd", "momentum", "adam"))
-  check_positive("client_learning_rate", lr)
-  if name == "sgd":
-    return optax.sgd(1.0)
-  if name == "momentum":
-    return optax.sgd(1.0, momentum=0.9)
-  return optax.adam(1.0)
+__all__ = ["ADAPTIVE_NOTE", "COUNT_NOISE_FLOOR", "default_count_stddev",
+           "adaptive_config", "check_adaptive_split", "adaptive_clipping_for",
+           "dp_fedavg", "dp_fedsgd", "dp_fedavg_record_level"]
 
 
-def _server_optimizer(name: str, lr: float) -> optax.GradientTransformation:
-  """The named server optimiser with learning rate 1 (``lr`` is validated here and
-  enters as ``RoundHParams.server_learning_rate``)."""
-  check_positive("server_learning_rate", lr)
-  return server.server_optimizer(name, 1.0)
-
-
-def _local_work(local_epochs, local_steps):
-  """``local_steps``, when given, replaces the default ``local_epochs=1``."""
-  if local_steps is not None:
-    if local_epochs not in (None, 1):
-      raise FedJaxDpError(
-          f"give only one of local_epochs ({local_epochs!r}) and local_steps "
-          f"({local_steps!r}).")
-    return None, local_steps
-  return local_epochs, local_steps
-
-
-def _sampler(data, sampler: str, sampling_rate, clients_per_round, k_max):
-  n = data.num_clients
-  check_choice("sampler", sampler, ("poisson", "fixed_size"))
-  if (sampling_rate is None) == (clients_per_round is None):
-    raise FedJaxDpError("give exactly one of sampling_rate and clients_per_round.")
-  if clients_per_round is not None:
-    m = check_int("clients_per_round", clients_per_round, minimum=1)
-    if m > n:
-      raise FedJaxDpError(
-          f"clients_per_round must be <= the population size {n}, got {m}.")
-    sampling_rate = m / n
-  q = check_probability("sampling_rate", sampling_rate)
-  if sampler == "poisson":
-    return PoissonSampler.create(n, q, k_max=k_max)
-  m = clients_per_round if clients_per_round is not None else max(1, round(q * n))
-  return FixedSizeSampler.create(n, m)
-
-
-def _cohort_truncation(samp) -> Optional[events.Truncation]:
-  """A Poisson cohort padded to ``k_max`` can overflow (user-level delta term)."""
-  if samp.kind != "poisson":
-    return None
-  return events.Truncation(samp.population_size, samp.k_max, 1)
-
-
-def _check_noise_multipliers(noise_multiplier, noise_placement: str, num_clients: int):
+def _check_noise_multipliers(noise_multiplier, noise_placement: str, num_clients: int
+                             ) -> Union[float, np.ndarray]:
   """A scalar z >= 0, or (local noise only) a ``[num_clients]`` vector of them."""
   check_choice("noise_placement", noise_placement, ("central", "local"))
   z = np.asarray(noise_multiplier, np.float64)
@@ -243,7 +192,7 @@ def adaptive_clipping_for(data, noise_multiplier: float, *,
   Raises:
     FedJaxDpError: a value out of range (naming the option).
   """
-  samp = _sampler(data, sampler, sampling_rate, clients_per_round, None)
+  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, None)
   relation = "replace_one" if samp.kind == "fixed_size" else "add_remove"
   if count_stddev is None:
     z_event = check_non_negative("noise_multiplier", float(noise_multiplier)) / (
@@ -256,7 +205,7 @@ def adaptive_clipping_for(data, noise_multiplier: float, *,
 
 
 def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
-              noise_multiplier: float = 1.0,
+              noise_multiplier: Union[float, Sequence[float], np.ndarray] = 1.0,
               sampling_rate: Optional[float] = None,
               clients_per_round: Optional[int] = None, sampler: str = "poisson",
               local_epochs: Optional[int] = 1, local_steps: Optional[int] = None,
@@ -352,36 +301,19 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
       ``noise_multiplier``).
   """
   adaptive = adaptive_clipping
-  if adaptive is not None:
-    _check_adaptive(adaptive, clip_norm, noise_placement, noise_multiplier)
-    clip_norm = float(adaptive.initial_clip_norm)  # the round reads C_t from its state
-  else:
-    clip_norm = check_positive("clip_norm", 1.0 if clip_norm is None else clip_norm)
-  noise_multiplier = _check_noise_multipliers(noise_multiplier, noise_placement,
-                                              data.num_clients)
-  per_client = np.ndim(noise_multiplier) == 1
-  check_choice("weighting", weighting, ("uniform", "data_size"))
-  if weighting == "data_size" and data_size_cap is None:
-    raise FedJaxDpError(
-        "weighting='data_size' under DP needs data_size_cap (weights min(n_k/cap, 1) <= 1 "
-        "bound each client's influence).")
-  samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
-  local_epochs, local_steps = _local_work(local_epochs, local_steps)
+  clip_norm = _resolve_clip_norm(adaptive, clip_norm, noise_placement, noise_multiplier)
+  z = _check_noise_multipliers(noise_multiplier, noise_placement, data.num_clients)
+  _check_weighting(weighting, data_size_cap)
+  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  local_epochs, local_steps = family.local_work(local_epochs, local_steps)
   if fedsgd:
     local_epochs, local_steps, batch_size = None, 1, data.max_examples
   if client_stage is not None and fedsgd:
     raise FedJaxDpError("client_stage replaces local training: give it without fedsgd.",
                         option="client_stage")
 
-  def trainer(grad_correction=None):
-    if client_update is not None:  # a crafted client (audits): no local objective
-      return lambda params, x, y, count, key, hp, context=None: client_update(
-          params, x, y, count, key, hp)
-    return make_client_update(
-        model, _client_optimizer(client_optimizer, client_learning_rate),
-        batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
-        local_steps=local_steps, grad_correction=grad_correction)
-
+  trainer = _trainer(model, data.max_examples, client_update, client_optimizer,
+                     client_learning_rate, batch_size, local_epochs, local_steps)
   client = client_update or trainer()
   config = RoundConfig(
       clip_updates=True, noise=noise_placement, weighting=weighting, denominator="expected",
@@ -391,11 +323,94 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                          if population_weight is None else
                          check_positive("population_weight", population_weight)),
       chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client)
-  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
+  server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
   round_fn, init_state = _compose(client, samp, server_opt, config, mesh, data.num_clients,
                                   client_stage and client_stage(trainer),
                                   server_stage and server_stage(server_opt))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
+  privacy, extra_config = _privacy_statement(samp, config, clip_norm, z, noise_placement,
+                                             adaptive, data.num_clients)
+  return Algorithm(
+      name=name, round_fn=round_fn, init=lambda key: init_state(model.init(key)),
+      hparams=RoundHParams(clip_norm, z, samp.sampling_rate,
+                           ClientHParams(learning_rate=client_learning_rate),
+                           server_learning_rate, algorithm=algorithm_hparams),
+      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate,
+      config={**dict(clip_norm=clip_norm, noise_multiplier=(
+                         z.tolist() if isinstance(z, np.ndarray) else z),
+                     noise_placement=noise_placement,
+                     sampling_rate=samp.sampling_rate, sampler=samp.kind,
+                     k_max=samp.k_max, expected_cohort_size=samp.expected_cohort_size,
+                     local_epochs=local_epochs, local_steps=local_steps,
+                     batch_size=batch_size, client_optimizer=client_optimizer,
+                     client_learning_rate=client_learning_rate,
+                     server_optimizer=server_optimizer,
+                     server_learning_rate=server_learning_rate, weighting=weighting,
+                     data_size_cap=data_size_cap), **extra_config})
+
+
+def _resolve_clip_norm(adaptive: Optional[AdaptiveClipping], clip_norm: Optional[float],
+                       noise_placement: str, noise_multiplier) -> float:
+  """The round's clip norm: S (default 1.0), or with adaptive clipping its initial C0
+  (the round then reads C_t from its state).
+
+  Raises:
+    FedJaxDpError: S <= 0, or a combination adaptive clipping refuses.
+  """
+  if adaptive is not None:
+    _check_adaptive(adaptive, clip_norm, noise_placement, noise_multiplier)
+    return float(adaptive.initial_clip_norm)
+  return check_positive("clip_norm", 1.0 if clip_norm is None else clip_norm)
+
+
+def _check_weighting(weighting: str, data_size_cap: Optional[float]) -> None:
+  """``"uniform"``, or ``"data_size"`` with the cap that bounds each client's weight.
+
+  Raises:
+    FedJaxDpError: another weighting, or data-size weights without a cap.
+  """
+  check_choice("weighting", weighting, ("uniform", "data_size"))
+  if weighting == "data_size" and data_size_cap is None:
+    raise FedJaxDpError(
+        "weighting='data_size' under DP needs data_size_cap (weights min(n_k/cap, 1) <= 1 "
+        "bound each client's influence).")
+
+
+def _trainer(model, max_examples: int, client_update: Optional[Callable],
+             client_optimizer: str, client_learning_rate: float, batch_size: int,
+             local_epochs: Optional[int], local_steps: Optional[int]) -> Callable:
+  """``trainer(grad_correction=None) -> client_update``: local SGD as configured
+  (`make_client_update` with the correction hook of DP-FedProx and DP-SCAFFOLD), or the
+  crafted ``client_update`` when given (audits; it ignores the correction). The client
+  optimiser is built, and its options checked, when ``trainer`` is called."""
+
+  def trainer(grad_correction=None):
+    if client_update is not None:  # a crafted client (audits): no local objective
+      crafted = client_update
+      return lambda params, x, y, count, key, hp, context=None: crafted(
+          params, x, y, count, key, hp)
+    return make_client_update(
+        model, family.client_optimizer(client_optimizer, client_learning_rate),
+        batch_size=batch_size, max_examples=max_examples, local_epochs=local_epochs,
+        local_steps=local_steps, grad_correction=grad_correction)
+
+  return trainer
+
+
+def _privacy_statement(samp, config: RoundConfig, clip_norm: float, noise_multiplier,
+                       noise_placement: str, adaptive: Optional[AdaptiveClipping],
+                       num_clients: int) -> Tuple[PrivacySpec, Dict[str, Any]]:
+  """The user-level statement of a `dp_fedavg` round (module docstring): its relation,
+  observation and event scale from the sampler and ``config``; per client (over every
+  client) with per-client noise multipliers; with adaptive clipping, the combined
+  release's (its split checked) and the configuration fields it adds.
+
+  Returns:
+    ``(privacy, extra_config)``.
+
+  Raises:
+    FedJaxDpError: with adaptive clipping, a noise multiplier that cannot be split.
+  """
   relation = round_relation(samp, config)
   event_scale = clip_norm / sensitivity.sum_sensitivity(clip_norm, relation)
   observation = round_observation(config)
@@ -406,7 +421,7 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
           + (" under zero-out" if samp.kind == "poisson" else "")
           if noise_placement == "local" else "")
   clipped = "each client's update (S)"
-  extra_config = {}
+  extra_config: Dict[str, Any] = {}
   if adaptive is not None:
     z_count = adaptive.count_stddev / adaptive_lib.count_sensitivity(relation)
     check_adaptive_split(float(noise_multiplier) * event_scale, z_count)
@@ -416,35 +431,18 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
     note = ADAPTIVE_NOTE
     extra_config = dict(clip_norm="adaptive", **adaptive_config(adaptive),
                         count_noise_multiplier=z_count)
-  # Per-client noise multipliers: the per-client statement, over every client.
-  per_client_fields = dict(num_clients=data.num_clients) if per_client else {}
-  privacy = (PerClientPrivacySpec if per_client else PrivacySpec)(
-      "user-level", relation, samp.kind,
+  fields: Dict[str, Any] = dict(
       sampling_rate=samp.sampling_rate, observation=observation,
       population_size=samp.population_size if samp.kind == "fixed_size" else None,
       cohort_size=samp.k_max if samp.kind == "fixed_size" else None,
-      truncation=_cohort_truncation(samp),
+      truncation=family.cohort_truncation(samp),
       event_scale=event_scale,
-      **per_client_fields,
       clip_norm=None if adaptive is not None else clip_norm, clipped=clipped, note=note)
-
-  return Algorithm(
-      name=name, round_fn=round_fn, init=lambda key: init_state(model.init(key)),
-      hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
-                           ClientHParams(learning_rate=client_learning_rate),
-                           server_learning_rate, algorithm=algorithm_hparams),
-      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate,
-      config={**dict(clip_norm=clip_norm, noise_multiplier=(
-                         noise_multiplier.tolist() if per_client else noise_multiplier),
-                     noise_placement=noise_placement,
-                     sampling_rate=samp.sampling_rate, sampler=samp.kind,
-                     k_max=samp.k_max, expected_cohort_size=samp.expected_cohort_size,
-                     local_epochs=local_epochs, local_steps=local_steps,
-                     batch_size=batch_size, client_optimizer=client_optimizer,
-                     client_learning_rate=client_learning_rate,
-                     server_optimizer=server_optimizer,
-                     server_learning_rate=server_learning_rate, weighting=weighting,
-                     data_size_cap=data_size_cap), **extra_config})
+  if np.ndim(noise_multiplier) == 1:
+    # Per-client noise multipliers: the per-client statement, over every client.
+    return PerClientPrivacySpec("user-level", relation, samp.kind,
+                                num_clients=num_clients, **fields), extra_config
+  return PrivacySpec("user-level", relation, samp.kind, **fields), extra_config
 
 
 def _compose(client_update, samp, server_opt, config: RoundConfig, mesh, num_clients: int,
@@ -528,18 +526,18 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
   if record_sampling_rate is None:
     record_sampling_rate = min(1.0, batch_size / float(np.mean(data.counts)))
   q_r = check_probability("record_sampling_rate", record_sampling_rate)
-  samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
-  local_epochs, local_steps = _local_work(local_epochs, local_steps)
+  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  local_epochs, local_steps = family.local_work(local_epochs, local_steps)
   dp_cfg = DpSgdConfig.create(data.max_examples, q_r, local_epochs=local_epochs,
                               local_steps=local_steps)
   client = make_client_update(
-      model, _client_optimizer(client_optimizer, client_learning_rate),
+      model, family.client_optimizer(client_optimizer, client_learning_rate),
       batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg,
       per_example_method=per_example_method)
   config = RoundConfig(clip_updates=False, noise="none", weighting="uniform",
                        denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps,
                        chunk_size=chunk_size)
-  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
+  server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
   return Algorithm(
       name="dp_fedavg_record_level",
       round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),

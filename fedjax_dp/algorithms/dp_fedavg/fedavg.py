@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Optional
 
+from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms.base import Algorithm, require_learning_rates
-from fedjax_dp.algorithms.interface import FederatedAlgorithm, SmokeConfig
-from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
+from fedjax_dp.algorithms.interface import (TINY_SYNTHETIC_RUN, FederatedAlgorithm,
+                                            SmokeConfig)
 from fedjax_dp.algorithms.options import FederatedOptions
-from fedjax_dp.algorithms.dp_fedavg.algorithm import (_client_optimizer, _local_work,
-                                                      _sampler, _server_optimizer)
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import RoundConfig, RoundHParams, make_round
 from fedjax_dp.validation import check_choice
+
+__all__ = ["fedavg", "FedAvg"]
 
 
 def fedavg(model, data, *, clients_per_round: Optional[int] = None,
@@ -38,15 +39,15 @@ def fedavg(model, data, *, clients_per_round: Optional[int] = None,
   averages clients equally. The denominator is the cohort's actual weight sum.
   """
   check_choice("weighting", weighting, ("uniform", "data_size"))
-  samp = _sampler(data, sampler, sampling_rate, clients_per_round, k_max)
-  local_epochs, local_steps = _local_work(local_epochs, local_steps)
+  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  local_epochs, local_steps = family.local_work(local_epochs, local_steps)
   client = make_client_update(
-      model, _client_optimizer(client_optimizer, client_learning_rate),
+      model, family.client_optimizer(client_optimizer, client_learning_rate),
       batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
       local_steps=local_steps)
   config = RoundConfig(clip_updates=False, noise="none", weighting=weighting,
                        denominator="actual", chunk_size=chunk_size)
-  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
+  server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
   return Algorithm(
       name="fedavg",
       round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),

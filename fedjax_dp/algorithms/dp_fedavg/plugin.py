@@ -9,11 +9,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Callable, Literal, Optional, Union
+from typing import Callable, Dict, Literal, Optional, Union
 
 import numpy as np
 
-from fedjax_dp.algorithms.base import Algorithm
+from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
 from fedjax_dp.algorithms.dp_fedavg.algorithm import (adaptive_clipping_for,
                                                       check_adaptive_split, dp_fedavg,
                                                       dp_fedavg_record_level, dp_fedsgd)
@@ -24,6 +24,10 @@ from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
 from fedjax_dp.validation import (FedJaxDpError, check_non_negative, check_positive,
                                   check_probability)
+
+__all__ = ["DpFedAvgOptions", "ADAPTIVE_OPTIONS", "ADAPTIVE_DEFAULTS",
+           "DEFAULT_CLIP_UPDATE_RULE", "load_client_noise_multipliers", "DpFedAvg",
+           "DpFedSgd", "user_level_check", "RecordLevelOptions", "DpFedAvgRecordLevel"]
 
 
 @dataclasses.dataclass
@@ -68,8 +72,10 @@ ADAPTIVE_OPTIONS = ("target_quantile", "clip_learning_rate", "initial_clip_norm"
 #: 0.2 the default HAR job (15 clients a round) diverges (the noisy model's update norms
 #: grow, the tracked median follows them: accuracy 0.28, clip norm 0.1 -> 3.7 in 50
 #: rounds); 0.05 trains (0.795, 0.828, 0.788 over seeds 0-2; fixed clip 0.5: 0.820).
-ADAPTIVE_DEFAULTS = dict(target_quantile=0.5, clip_learning_rate=0.05,
-                         initial_clip_norm=0.1, clip_update_rule="geometric")
+ADAPTIVE_DEFAULTS: Dict[str, float] = dict(target_quantile=0.5, clip_learning_rate=0.05,
+                                           initial_clip_norm=0.1)
+#: The clip norm's update rule when ``--clip-update-rule`` is not given (the paper's).
+DEFAULT_CLIP_UPDATE_RULE = "geometric"
 
 
 def load_client_noise_multipliers(path: str, num_clients: int) -> np.ndarray:
@@ -148,7 +154,7 @@ class DpFedAvg(FederatedAlgorithm):
           initial_clip_norm=_or(a["initial_clip_norm"], "initial_clip_norm"),
           count_stddev=1.0 if a["clipped_count_stddev"] is None
           else a["clipped_count_stddev"],
-          update_rule=_or(a["clip_update_rule"], "clip_update_rule"))
+          update_rule=_rule_or(a["clip_update_rule"]))
     else:
       check_positive("clip_norm", clip)
       given = [k for k in ADAPTIVE_OPTIONS if getattr(options, k) is not None]
@@ -221,6 +227,7 @@ class DpFedAvg(FederatedAlgorithm):
         from fedjax_dp.privacy import calibration
         fixed = dp_fedavg(setup.model, setup.data, clip_norm=1.0, noise_multiplier=1.0,
                           fedsgd=self.fedsgd, **kw).privacy
+        assert fixed is not None  # dp_fedavg always states its privacy
         z = calibration.calibrate(lambda z_: fixed.events_of_run(z_, run.rounds),
                                   run.target_epsilon, run.delta, run.accountant)
       else:
@@ -232,7 +239,7 @@ class DpFedAvg(FederatedAlgorithm):
         learning_rate=_or(o.clip_learning_rate, "clip_learning_rate"),
         initial_clip_norm=_or(o.initial_clip_norm, "initial_clip_norm"),
         count_stddev=o.clipped_count_stddev,
-        update_rule=_or(o.clip_update_rule, "clip_update_rule"))
+        update_rule=_rule_or(o.clip_update_rule))
 
   def with_noise_multiplier(self, alg: Algorithm, z) -> Algorithm:
     """``RoundHParams.noise_multiplier`` set to ``z``; with adaptive clipping the
@@ -243,7 +250,9 @@ class DpFedAvg(FederatedAlgorithm):
         noise_multiplier).
     """
     if alg.config.get("clip_norm") == "adaptive":
-      check_adaptive_split(float(z) * alg.privacy.event_scale,
+      spec = alg.privacy
+      assert isinstance(spec, PrivacySpec), spec  # adaptive clipping: central, one z
+      check_adaptive_split(float(z) * spec.event_scale,
                            alg.config["count_noise_multiplier"])
     return super().with_noise_multiplier(alg, z)
 
@@ -271,9 +280,15 @@ class DpFedAvg(FederatedAlgorithm):
             f"update sum and {summary['count_noise_multiplier']:.4g} on the count"]
 
 
-def _or(value, option: str):
-  """An adaptive-clipping option's value, or its default (`ADAPTIVE_DEFAULTS`)."""
+def _or(value: Optional[float], option: str) -> float:
+  """A numeric adaptive-clipping option's value, or its default (`ADAPTIVE_DEFAULTS`)."""
   return ADAPTIVE_DEFAULTS[option] if value is None else value
+
+
+def _rule_or(value: Optional[str]) -> str:
+  """The ``clip_update_rule`` option's value, or its default
+  (`DEFAULT_CLIP_UPDATE_RULE`)."""
+  return DEFAULT_CLIP_UPDATE_RULE if value is None else value
 
 
 class DpFedSgd(DpFedAvg):

@@ -46,15 +46,15 @@ the participation schedule to be enforced by the deployment):
 from __future__ import annotations
 
 import functools
-from typing import Optional
+from typing import Literal, Optional, Tuple, Union, get_args
 
 import numpy as np
 
+from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms.base import Algorithm, CorrelatedNoiseSpec, require_learning_rates
-from fedjax_dp.algorithms.dp_fedavg.algorithm import (_client_optimizer, _local_work,
-                                                      _server_optimizer)
 from fedjax_dp.algorithms.dp_ftrl import accounting as ftrl_accounting
-from fedjax_dp.algorithms.dp_ftrl.noise import BandedNoise, TreeNoise
+from fedjax_dp.algorithms.dp_ftrl.noise import (STRATEGIES, BandedNoise, Strategy,
+                                                TreeNoise)
 from fedjax_dp.algorithms.dp_ftrl.participation import CyclicSampler
 from fedjax_dp.federated import server, sharding
 from fedjax_dp.federated.client import ClientHParams, make_client_update
@@ -63,8 +63,13 @@ from fedjax_dp.federated.round import (RoundConfig, RoundHParams, init_mechanism
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int, check_non_negative,
                                   check_positive, check_probability)
 
-MECHANISMS = ("tree", "banded", "independent")
-STRATEGIES = ("optimized", "sqrt")
+__all__ = ["Mechanism", "MECHANISMS", "DEFAULT_COHORT_FRACTION", "default_cycle_length",
+           "participation_note", "dp_ftrl", "noise_generator", "banded_noise",
+           "cyclic_sampler", "run_sensitivity_squared"]
+
+#: The correlated-noise mechanisms of `dp_ftrl` (the tuple: their names).
+Mechanism = Literal["tree", "banded", "independent"]
+MECHANISMS: Tuple[str, ...] = get_args(Mechanism)
 #: The expected cohort, as a fraction of the clients, when neither ``cycle_length`` nor
 #: ``clients_per_round`` is given.
 DEFAULT_COHORT_FRACTION = 0.1
@@ -183,6 +188,63 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
   n = int(data.num_clients)
   if rounds is not None:
     rounds = check_int("rounds", rounds, minimum=1)
+  cycle_length = _check_cycle_length(n, cycle_length, clients_per_round, group_rate)
+  seed = check_int("seed", seed, minimum=0)
+  samp = cyclic_sampler(n, cycle_length, group_rate, seed)
+  noise_gen, restart_every, bands = noise_generator(mechanism, cycle_length, rounds,
+                                                    restart_every, bands, strategy)
+
+  local_epochs, local_steps = family.local_work(local_epochs, local_steps)
+  client = client_update or make_client_update(
+      model, family.client_optimizer(client_optimizer, client_learning_rate),
+      batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
+      local_steps=local_steps)
+  config = RoundConfig(
+      clip_updates=True, noise="central", weighting="uniform", denominator="expected",
+      population_weight=(float(n) if population_weight is None else
+                         check_positive("population_weight", population_weight)),
+      chunk_size=chunk_size, central_noise=noise_gen)
+  server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
+  round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
+
+  run_event = _run_event(mechanism, samp, noise_gen)
+  description = f"dp_ftrl/{mechanism}"
+  privacy = CorrelatedNoiseSpec(
+      "user-level", "add_remove", "poisson", sampling_rate=samp.sampling_rate,
+      clip_norm=clip_norm, clipped="each client's update (S)",
+      note=participation_note(mechanism, samp, restart_every, bands),
+      run_event=run_event, description=description)
+
+  def init(key):
+    params = model.init(key)
+    return sharding.replicate(server.init_server_state(
+        params, server_opt, mechanism=init_mechanism_state(config, params)), mesh)
+
+  cfg = dict(mechanism=mechanism, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+             cycle_length=cycle_length, group_rate=group_rate, restart_every=restart_every,
+             bands=bands, strategy=strategy if mechanism == "banded" else None,
+             group_seed=seed, num_clients=n, sampler=samp.kind, sampling_rate=samp.sampling_rate,
+             k_max=samp.k_max, expected_cohort_size=samp.expected_cohort_size,
+             local_epochs=local_epochs, local_steps=local_steps, batch_size=batch_size,
+             client_optimizer=client_optimizer, client_learning_rate=client_learning_rate,
+             server_optimizer=server_optimizer, server_learning_rate=server_learning_rate)
+  if mechanism == "banded":  # C is built for these rounds: a longer run needs another C
+    cfg["banded_strategy_rounds"] = rounds
+  return Algorithm(
+      name="dp_ftrl", round_fn=round_fn, init=init,
+      hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
+                           ClientHParams(learning_rate=client_learning_rate),
+                           server_learning_rate),
+      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate, config=cfg)
+
+
+def _check_cycle_length(n: int, cycle_length: Optional[int],
+                        clients_per_round: Optional[int], group_rate: float) -> int:
+  """R, given or `default_cycle_length` (from ``clients_per_round``), in [1, N].
+
+  Raises:
+    FedJaxDpError: both given, or R out of range.
+  """
   if cycle_length is None:
     cycle_length = default_cycle_length(n, group_rate, clients_per_round)
   elif clients_per_round is not None:
@@ -193,9 +255,33 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
   if cycle_length > n:
     raise FedJaxDpError(f"cycle_length must be <= the number of clients {n} (R groups of "
                         f"clients), got {cycle_length}.", option="cycle_length")
-  seed = check_int("seed", seed, minimum=0)
-  samp = cyclic_sampler(n, cycle_length, group_rate, seed)
+  return cycle_length
 
+
+def noise_generator(mechanism: str, cycle_length: int, rounds: Optional[int],
+                    restart_every: Optional[int], bands: Optional[int],
+                    strategy: str = "optimized"
+                    ) -> Tuple[Optional[Union[TreeNoise, BandedNoise]], Optional[int],
+                               Optional[int]]:
+  """The mechanism's correlated-noise generator
+  (`fedjax_dp.federated.round.RoundConfig.central_noise`) and its resolved options.
+
+  Args:
+    mechanism: ``"tree"``, ``"banded"`` or ``"independent"``.
+    cycle_length: R (checked).
+    rounds: the planned rounds n (checked; required for ``"banded"``).
+    restart_every: the tree's restart period (tree only; default R, at most R).
+    bands: b (banded only; default ``min(R, rounds)``, at most R and ``rounds``).
+    strategy: the banded strategy (`banded_noise`).
+
+  Returns:
+    ``(noise_gen, restart_every, bands)``: a `TreeNoise`, a `BandedNoise` or None
+    (independent noise: the engine's own draw every round), and the resolved
+    ``restart_every`` (tree) and ``bands`` (banded), None where they do not apply.
+
+  Raises:
+    FedJaxDpError: an option of another mechanism, or one out of range.
+  """
   noise_gen = None
   if mechanism == "tree":
     if bands is not None:
@@ -228,49 +314,7 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
   elif mechanism == "independent" and bands is not None:
     raise FedJaxDpError("bands applies to mechanism='banded' only (independent noise is "
                         "banded with one band).", option="bands")
-
-  local_epochs, local_steps = _local_work(local_epochs, local_steps)
-  client = client_update or make_client_update(
-      model, _client_optimizer(client_optimizer, client_learning_rate),
-      batch_size=batch_size, max_examples=data.max_examples, local_epochs=local_epochs,
-      local_steps=local_steps)
-  config = RoundConfig(
-      clip_updates=True, noise="central", weighting="uniform", denominator="expected",
-      population_weight=(float(n) if population_weight is None else
-                         check_positive("population_weight", population_weight)),
-      chunk_size=chunk_size, central_noise=noise_gen)
-  server_opt = _server_optimizer(server_optimizer, server_learning_rate)
-  round_fn = require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh))
-
-  run_event = _run_event(mechanism, samp, noise_gen)
-  description = f"dp_ftrl/{mechanism}"
-  privacy = CorrelatedNoiseSpec(
-      "user-level", "add_remove", "poisson", sampling_rate=samp.sampling_rate,
-      clip_norm=clip_norm, clipped="each client's update (S)",
-      note=participation_note(mechanism, samp, restart_every, bands),
-      run_event=run_event, description=description)
-
-  def init(key):
-    params = model.init(key)
-    return sharding.replicate(server.init_server_state(
-        params, server_opt, mechanism=init_mechanism_state(config, params)), mesh)
-
-  cfg = dict(mechanism=mechanism, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
-             cycle_length=cycle_length, group_rate=group_rate, restart_every=restart_every,
-             bands=bands, strategy=strategy if mechanism == "banded" else None,
-             group_seed=seed, num_clients=n, sampler=samp.kind, sampling_rate=samp.sampling_rate,
-             k_max=samp.k_max, expected_cohort_size=samp.expected_cohort_size,
-             local_epochs=local_epochs, local_steps=local_steps, batch_size=batch_size,
-             client_optimizer=client_optimizer, client_learning_rate=client_learning_rate,
-             server_optimizer=server_optimizer, server_learning_rate=server_learning_rate)
-  if mechanism == "banded":  # C is built for these rounds: a longer run needs another C
-    cfg["banded_strategy_rounds"] = rounds
-  return Algorithm(
-      name="dp_ftrl", round_fn=round_fn, init=init,
-      hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
-                           ClientHParams(learning_rate=client_learning_rate),
-                           server_learning_rate),
-      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate, config=cfg)
+  return noise_gen, restart_every, bands
 
 
 def _run_event(mechanism: str, samp: CyclicSampler, noise_gen):

@@ -16,6 +16,8 @@ from fedjax_dp.algorithms.audit_common import (COMMON_BREAKS, DELTA, FEATURES, T
 from fedjax_dp.auditing import Setup, ledger_claim, population, stored_update_client
 from fedjax_dp.federated import server
 
+__all__ = ["PARAMS", "targets"]
+
 
 #: Each target's size (tuned so that a 20,000-repetition audit proves more than the
 #: claim when the noise is halved, and less when it is not).
@@ -57,6 +59,7 @@ def _dp_ftrl_observer(round_fn: Callable, mechanism: str, matrix) -> Callable:
     if mechanism == "tree":
       obs = after                                     # theta_0 = 0: the prefix sum
     else:
+      assert c is not None, mechanism                 # banded and independent have a C
       history = history.at[inner.round].set(after - before)
       obs = c[inner.round] @ history                  # y_t = (C Delta)_t
     params = {"observed": state.params["observed"] + obs}

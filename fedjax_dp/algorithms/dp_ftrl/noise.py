@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Literal, Tuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -34,7 +34,12 @@ from jax_privacy.matrix_factorization import toeplitz as jp_toeplitz
 
 from fedjax_dp.validation import check_choice, check_int
 
-STRATEGIES = ("optimized", "sqrt")
+__all__ = ["Strategy", "STRATEGIES", "standard_normal_like", "tree_levels", "TreeNoise",
+           "BandedNoise"]
+
+#: The banded strategy matrices (`BandedNoise.create`; the tuple: their names).
+Strategy = Literal["optimized", "sqrt"]
+STRATEGIES: Tuple[str, ...] = get_args(Strategy)
 
 
 def standard_normal_like(key: jax.Array, like: Any) -> Any:

@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Annotated, Any, Dict, List, Literal, Optional
+from typing import Annotated, Any, Dict, List, Optional
 
 import numpy as np
 import tyro
 
 from fedjax_dp.algorithms.base import Algorithm
-from fedjax_dp.algorithms.dp_ftrl.algorithm import (MECHANISMS, STRATEGIES, dp_ftrl,
+from fedjax_dp.algorithms.dp_ftrl.algorithm import (Mechanism, dp_ftrl,
                                                     run_sensitivity_squared)
+from fedjax_dp.algorithms.dp_ftrl.noise import Strategy
 from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
 from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, SmokeConfig,
                                             check_choices)
-from fedjax_dp.algorithms.options import CLIENT_OPTIMIZERS
-from fedjax_dp.federated.server import SERVER_OPTIMIZERS
+from fedjax_dp.algorithms.options import ClientOptimizer, ServerOptimizer
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_int, check_non_negative,
                                   check_positive, check_probability)
+
+__all__ = ["ROUND_FIELDS", "DpFtrlOptions", "DpFtrlController", "DpFtrl"]
 
 #: Fields every record gets (`DpFtrlController.round_fields`), all accounting parameters.
 ROUND_FIELDS = ("ftrl_mechanism", "ftrl_cycle_length", "ftrl_group_rate",
@@ -40,7 +42,7 @@ ROUND_FIELDS = ("ftrl_mechanism", "ftrl_cycle_length", "ftrl_group_rate",
 class DpFtrlOptions:
   """Correlated noise across rounds (DP-FTRL's tree, banded MF) or independent noise,
   under cyclic participation."""
-  mechanism: Literal[MECHANISMS] = "tree"
+  mechanism: Mechanism = "tree"
   """tree (DP-FTRL, Kairouz et al. 2021), banded (banded matrix factorisation,
   Choquette-Choo et al. 2023) or independent (i.i.d. noise, the same participation)"""
   clip_norm: float = 0.5
@@ -61,7 +63,7 @@ class DpFtrlOptions:
   """tree: restart period, at most R: each client once per tree (default: R)"""
   bands: Optional[int] = None
   """banded: bands b of C, at most R: min-separation (default: min(R, --rounds))"""
-  strategy: Literal[STRATEGIES] = "optimized"
+  strategy: Strategy = "optimized"
   """banded: optimized (jax-privacy's banded Toeplitz for prefix sums) or sqrt (the
   truncated square-root Toeplitz)"""
   group_seed: Optional[int] = None
@@ -72,11 +74,11 @@ class DpFtrlOptions:
   """local steps per round (replaces --local-epochs)"""
   batch_size: int = 16
   """local minibatch size"""
-  client_optimizer: Literal[CLIENT_OPTIMIZERS] = "sgd"
+  client_optimizer: ClientOptimizer = "sgd"
   """local optimiser"""
   client_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--client-lr",))] = 0.1
   """client learning rate"""
-  server_optimizer: Literal[SERVER_OPTIMIZERS] = "fedavgm"
+  server_optimizer: ServerOptimizer = "fedavgm"
   """server optimiser: fedavgm (SGD with momentum 0.9) is DP-FTRLM (Kairouz et al. 2021)"""
   server_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--server-lr",))] = 0.05
   """server learning rate"""
@@ -199,6 +201,7 @@ class DpFtrl(FederatedAlgorithm):
                             run_sensitivity_squared(c, setup.run.rounds))
 
   def summary_fields(self, alg: Algorithm, setup, controller, records) -> Dict[str, Any]:
+    assert isinstance(controller, DpFtrlController), controller  # `controller`'s
     c = alg.config
     rounds = len(records)
     s2 = controller.sensitivity_squared

@@ -7,3 +7,10 @@ provably bound), `paper_calibration` (Lemma 4, Corollary 4, Theorem 5),
 `algorithm` (Algorithm 1; per-device ledgers: `fedjax_dp.privacy.device_ledger`),
 `plugin` (``fedjax-dp run --algorithm dp_mocha``).
 """
+
+from fedjax_dp.algorithms.dp_mocha.algorithm import (DpMochaConfig, DpMochaHParams,
+                                                     MochaState, Problem, as_problem,
+                                                     dp_mocha, make_problem, simulate)
+
+__all__ = ["dp_mocha", "DpMochaConfig", "DpMochaHParams", "MochaState", "Problem",
+           "make_problem", "as_problem", "simulate"]

@@ -40,12 +40,16 @@ noise by that bound; `dual_sensitivity_paper` (s1) is what the paper's calibrati
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, Tuple, get_args
 
 import jax
 import jax.numpy as jnp
 
-S2_MODES = ("noisy_l2", "const", "clean_l2")
+__all__ = ["S2Mode", "S2_MODES", "dual_sensitivity_paper", "dual_sensitivity_provable",
+           "Noised", "perturb", "ledger_multipliers"]
+
+S2Mode = Literal["noisy_l2", "const", "clean_l2"]
+S2_MODES: Tuple[str, ...] = get_args(S2Mode)
 
 
 def dual_sensitivity_paper(lam, beta, n) -> jax.Array:

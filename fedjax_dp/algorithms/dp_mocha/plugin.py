@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
 
 import jax.numpy as jnp
 import numpy as np
@@ -15,7 +15,7 @@ from fedjax_dp.algorithms.dp_mocha import paper_calibration
 from fedjax_dp.privacy import device_ledger
 from fedjax_dp.algorithms.dp_mocha.algorithm import dp_mocha
 from fedjax_dp.algorithms.dp_mocha import objective
-from fedjax_dp.algorithms.dp_mocha.mechanism import S2_MODES
+from fedjax_dp.algorithms.dp_mocha.mechanism import S2Mode
 from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
                                             SmokeConfig, check_choices)
 from fedjax_dp.data.federated_data import FederatedData
@@ -24,9 +24,16 @@ from fedjax_dp.privacy import disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, check_int,
                                   check_positive, check_probability)
 
-CALIBRATIONS = ("paper", "accountant")
-MECHANISMS = ("gaussian", "none")
-CALIBRATION_ROUNDS = ("total", "per_outer")
+__all__ = ["Calibration", "Mechanism", "CalibrationRounds", "CALIBRATIONS", "MECHANISMS",
+           "CALIBRATION_ROUNDS", "DpMochaOptions", "DpMocha", "accountant_sigma1"]
+
+#: The choices of `DpMochaOptions`' fields of these types (the tuples: their values).
+Calibration = Literal["paper", "accountant"]
+Mechanism = Literal["gaussian", "none"]
+CalibrationRounds = Literal["total", "per_outer"]
+CALIBRATIONS: Tuple[str, ...] = get_args(Calibration)
+MECHANISMS: Tuple[str, ...] = get_args(Mechanism)
+CALIBRATION_ROUNDS: Tuple[str, ...] = get_args(CalibrationRounds)
 
 
 @dataclasses.dataclass
@@ -36,11 +43,11 @@ class DpMochaOptions:
   epsilon: float = 8.0
   """the paper's target epsilon per device (Figs. 2-4: 8); sigma1, sigma2 are calibrated
   to it by --calibration (the run's delta is the paper's delta, default 1e-3)"""
-  calibration: Literal[CALIBRATIONS] = "paper"
+  calibration: Calibration = "paper"
   """paper (Theorem 5 with note 002 Sec. 6.1's constants: sampling rate q and active
   probability p) or accountant (RDP of the releases with the paper's sensitivities s1,
   s2, no amplification, bisection on sigma)"""
-  calibration_rounds: Literal[CALIBRATION_ROUNDS] = "total"
+  calibration_rounds: CalibrationRounds = "total"
   """the K of Theorem 5: total (every global round, H K) or per_outer (K)"""
   budget_ratio: float = 1.0
   """r = eps2 / eps1, the split between the dual step's and the upload's budgets"""
@@ -57,7 +64,7 @@ class DpMochaOptions:
   """device variability: local steps ~ U[(1 - tau) n_min, n_min]"""
   drop_probability: float = 0.0
   """P(theta = 1): each device drops each round with this probability"""
-  s2_mode: Literal[S2_MODES] = "noisy_l2"
+  s2_mode: S2Mode = "noisy_l2"
   """the upload's sensitivity: noisy_l2 (2 xi ||dalpha~||, the paper read literally),
   const (2 xi on dalpha~ clamped to [-1, 1]) or clean_l2 (2 xi ||dalpha||, NOT DP:
   test-only)"""
@@ -66,7 +73,7 @@ class DpMochaOptions:
   printed)"""
   update_omega: bool = True
   """learn Omega (off: Omega = I / m, independent local SVMs)"""
-  mechanism: Literal[MECHANISMS] = "gaussian"
+  mechanism: Mechanism = "gaussian"
   """gaussian (private) or none (the paper's non-private baseline: no noise)"""
   positive_class: int = 3
   """the class that is +1 (HAR: 3 = SITTING, the paper's sitting-vs-rest task)"""
@@ -234,9 +241,9 @@ class DpMocha(FederatedAlgorithm):
         setup.model, setup.data, lam=o.lam, xi=o.xi,
         inner_rounds=run.rounds // o.outer_rounds, s2_mode=o.s2_mode, resync=o.resync,
         update_omega=o.update_omega, tau=o.tau, drop_probability=o.drop_probability,
-        sigma1=cal["sigma1"] if private else 0.0, sigma2=cal["sigma2"] if private else 0.0,
-        private=private)
-    if private:
+        sigma1=0.0 if cal is None else cal["sigma1"],
+        sigma2=0.0 if cal is None else cal["sigma2"], private=private)
+    if cal is not None:
       alg = dataclasses.replace(alg, config={
           **alg.config, "calibration": o.calibration, "epsilon_target": o.epsilon,
           "calibration_rounds": cal["k"], "sampling_rate_paper": cal["q"].tolist(),
@@ -251,11 +258,13 @@ class DpMocha(FederatedAlgorithm):
     """Every device's own model on its own test split: the mean over devices of the
     mean hinge loss, of 1 - error, and of the 0/1 error (the paper's metric)."""
     d = setup.data
-    m, n = d.client_test_x.shape[:2]
-    mask = (np.arange(n)[None, :] < d.client_test_counts[:, None]).astype(np.float32)
-    y = ((2.0 * d.client_test_y - 1.0) * mask).astype(np.float32)
-    data = (jnp.asarray(d.client_test_x.reshape(m, n, -1)), jnp.asarray(y),
-            jnp.asarray(mask))
+    x, labels, counts = d.client_test_x, d.client_test_y, d.client_test_counts
+    # `prepare` gives every device its own test split
+    assert x is not None and labels is not None and counts is not None, d.name
+    m, n = x.shape[:2]
+    mask = (np.arange(n)[None, :] < counts[:, None]).astype(np.float32)
+    y = ((2.0 * labels - 1.0) * mask).astype(np.float32)
+    data = (jnp.asarray(x.reshape(m, n, -1)), jnp.asarray(y), jnp.asarray(mask))
 
     def fn(params, data):
       x, y, mask = data
@@ -313,7 +322,8 @@ class DpMocha(FederatedAlgorithm):
         calibration_rounds=k, epsilon_target=c["epsilon_target"])
     return out
 
-  def describe(self, s: Dict[str, Any]) -> List[str]:
+  def describe(self, summary: Dict[str, Any]) -> List[str]:
+    s = summary
     lines = []
     err = s.get("final_test_error")
     if err is not None:

@@ -32,7 +32,7 @@ in `fedjax_dp.algorithms.lapa.calibration.noise_std`) in later rounds.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Tuple
+from typing import Any, Literal, NamedTuple, Tuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +42,12 @@ from fedjax_dp.algorithms.lapa.aggregation import deviation_angles, smoothed_ang
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive)
 
-ALLOCATORS = ("lapa", "uniform", "arb", "none")
+__all__ = ["Allocator", "ALLOCATORS", "GOMPERTZ_MAPS", "SPLITS", "AllocatorConfig",
+           "AllocatorState", "validate_config", "sample_history_ages", "pid_error",
+           "round_budget", "gompertz", "split_budget", "init_state", "step"]
+
+Allocator = Literal["lapa", "uniform", "arb", "none"]
+ALLOCATORS: Tuple[str, ...] = get_args(Allocator)
 GOMPERTZ_MAPS = ("increasing", "fedadp")
 SPLITS = ("mean", "sum")
 

@@ -43,11 +43,15 @@ import math
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
+import jax.core  # explicit: `jax.core.Tracer` (value checks skip traced arrays)
 import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.validation import (FedJaxDpError, check_int, check_non_negative,
                                   check_positive)
+
+__all__ = ["contraction", "step_size_ok", "dissimilarity_b2", "channel_noise_std",
+           "switch_round", "bound_terms", "convergence_bound", "make_objective"]
 
 
 # --------------------------------------------------------------------------------------

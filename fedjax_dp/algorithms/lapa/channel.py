@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from typing import Any, Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union, overload
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +37,12 @@ import scipy.special as sp_special
 
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_finite, check_int,
                                   check_positive)
+
+__all__ = ["SPEED_OF_LIGHT", "MODULATIONS", "RngLike", "ChannelConfig", "db_to_linear",
+           "dbm_to_watts", "watts_to_dbm", "device_positions", "distances_to_bs",
+           "path_loss", "rayleigh_channels", "channel_gains", "Uplink", "make_uplink",
+           "snr", "symbol_error_rate", "snr_for_ser", "symbol_scale",
+           "decoded_noise_std", "add_channel_noise", "select_devices"]
 
 SPEED_OF_LIGHT = 3e8  # m/s, as in eq. (39).
 MODULATIONS = ("bpsk", "qpsk")
@@ -178,6 +184,12 @@ class ChannelConfig:
     return float(dbm_to_watts(self.p_max_dbm))
 
 
+@overload
+def db_to_linear(db: float) -> float: ...
+@overload
+def db_to_linear(db: jax.Array) -> jax.Array: ...
+@overload
+def db_to_linear(db: Any) -> Union[float, np.ndarray, jax.Array]: ...
 def db_to_linear(db):
   """10^(db / 10): a power ratio in dB to linear (numpy or jax; floats stay floats)."""
   if _is_jax(db):
@@ -186,6 +198,12 @@ def db_to_linear(db):
   return float(out) if out.ndim == 0 else out
 
 
+@overload
+def dbm_to_watts(dbm: float) -> float: ...
+@overload
+def dbm_to_watts(dbm: jax.Array) -> jax.Array: ...
+@overload
+def dbm_to_watts(dbm: Any) -> Union[float, np.ndarray, jax.Array]: ...
 def dbm_to_watts(dbm):
   """A power in dBm to watts: 10^((dBm - 30) / 10) (numpy or jax)."""
   return db_to_linear(dbm - 30.0) if _is_jax(dbm) else db_to_linear(

@@ -40,8 +40,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+# The replay buffer is `replay`'s; re-exported here, where the agent uses it.
+from fedjax_dp.algorithms.lapa.replay import (ReplayBuffer, Transition, buffer_add,
+                                              buffer_init, buffer_sample)
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive)
+
+__all__ = ["REWARDS", "DdpgConfig", "Actor", "Critic", "TrainState", "DdpgAgent",
+           "ReplayBuffer", "Transition", "buffer_init", "buffer_add", "buffer_sample",
+           "soft_update", "update_step", "DdpgResult", "train_ddpg", "random_search",
+           "uniform_grid"]
 
 REWARDS = ("ratio", "log")
 
@@ -231,79 +239,6 @@ class DdpgAgent:
 
 
 # --------------------------------------------------------------------------------------
-# Replay buffer.
-
-
-class ReplayBuffer(NamedTuple):
-  """Ring buffer of transitions (Algorithm 3 line 8) as fixed-size jnp arrays.
-
-  Attributes:
-    states: float32 ``[capacity, N + 2]``.
-    actions: float32 ``[capacity, N]``.
-    rewards: float32 ``[capacity]``.
-    next_states: float32 ``[capacity, N + 2]``.
-    index: int32 scalar, the slot the next transition is written to.
-    size: int32 scalar, the number of valid transitions (<= capacity).
-  """
-  states: jnp.ndarray
-  actions: jnp.ndarray
-  rewards: jnp.ndarray
-  next_states: jnp.ndarray
-  index: jnp.ndarray
-  size: jnp.ndarray
-
-
-class Transition(NamedTuple):
-  """A minibatch: states ``[B, N+2]``, actions ``[B, N]``, rewards ``[B]``,
-  next_states ``[B, N+2]``."""
-  states: jnp.ndarray
-  actions: jnp.ndarray
-  rewards: jnp.ndarray
-  next_states: jnp.ndarray
-
-
-def buffer_init(capacity: int, state_dim: int, action_dim: int) -> ReplayBuffer:
-  """An empty buffer of ``capacity`` transitions (float32 zeros, index = size = 0).
-
-  Raises:
-    FedJaxDpError: a size < 1.
-  """
-  capacity = check_int("capacity", capacity, minimum=1)
-  state_dim = check_int("state_dim", state_dim, minimum=1)
-  action_dim = check_int("action_dim", action_dim, minimum=1)
-  return ReplayBuffer(jnp.zeros((capacity, state_dim), jnp.float32),
-                      jnp.zeros((capacity, action_dim), jnp.float32),
-                      jnp.zeros((capacity,), jnp.float32),
-                      jnp.zeros((capacity, state_dim), jnp.float32),
-                      jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
-
-
-def buffer_add(buffer: ReplayBuffer, state, action, reward, next_state) -> ReplayBuffer:
-  """Writes one transition at ``buffer.index`` (overwriting the oldest once full) and
-  advances the index modulo the capacity (pure jnp, jit-compatible).
-
-  Args:
-    state, next_state: float ``[N + 2]``; action: float ``[N]``; reward: scalar.
-  """
-  cap = buffer.rewards.shape[0]
-  i = buffer.index
-  return ReplayBuffer(buffer.states.at[i].set(state),
-                      buffer.actions.at[i].set(action),
-                      buffer.rewards.at[i].set(reward),
-                      buffer.next_states.at[i].set(next_state),
-                      ((i + 1) % cap).astype(jnp.int32),
-                      jnp.minimum(buffer.size + 1, cap).astype(jnp.int32))
-
-
-def buffer_sample(buffer: ReplayBuffer, key, batch: int) -> Transition:
-  """``batch`` transitions drawn uniformly with replacement from the ``size`` valid
-  ones (slot 0 only while the buffer is empty). ``batch`` is static."""
-  idx = jax.random.randint(key, (batch,), 0, jnp.maximum(buffer.size, 1))
-  return Transition(buffer.states[idx], buffer.actions[idx], buffer.rewards[idx],
-                    buffer.next_states[idx])
-
-
-# --------------------------------------------------------------------------------------
 # Updates (eqs. 33-36).
 
 
@@ -314,16 +249,25 @@ def soft_update(target, online, tau):
   return optax.incremental_update(online, target, tau)
 
 
+def _apply(module: nn.Module, params: Any, *inputs) -> jax.Array:
+  """``module.apply(params, *inputs)``: the network's output (flax types ``apply``'s
+  result as the output or ``(output, variables)`` whatever ``mutable`` is; without
+  ``mutable`` it is the output)."""
+  out = module.apply(params, *inputs)
+  assert not isinstance(out, tuple), type(out)
+  return out
+
+
 def _update(agent: DdpgAgent, state: TrainState, batch: Transition):
   cfg = agent.config
   actor, critic = agent.actor, agent.critic
-  next_a = actor.apply(state.target_actor, batch.next_states)
-  y = batch.rewards + cfg.gamma * critic.apply(state.target_critic, batch.next_states,
-                                               next_a)                  # eq. 33
+  next_a = _apply(actor, state.target_actor, batch.next_states)
+  y = batch.rewards + cfg.gamma * _apply(critic, state.target_critic, batch.next_states,
+                                         next_a)                        # eq. 33
   y = jax.lax.stop_gradient(y)
 
   def critic_loss(params):                                               # eq. 34
-    q = critic.apply(params, batch.states, batch.actions)
+    q = _apply(critic, params, batch.states, batch.actions)
     return jnp.mean((y - q) ** 2), q
 
   (c_loss, q), c_grads = jax.value_and_grad(critic_loss, has_aux=True)(state.critic)
@@ -331,8 +275,8 @@ def _update(agent: DdpgAgent, state: TrainState, batch: Transition):
   critic_params = optax.apply_updates(state.critic, c_upd)
 
   def actor_loss(params):                                                # eq. 35
-    return -jnp.mean(critic.apply(critic_params, batch.states,
-                                  actor.apply(params, batch.states)))
+    return -jnp.mean(_apply(critic, critic_params, batch.states,
+                            _apply(actor, params, batch.states)))
 
   a_loss, a_grads = jax.value_and_grad(actor_loss)(state.actor)
   a_upd, actor_opt = agent.actor_tx.update(a_grads, state.actor_opt, state.actor)
@@ -556,6 +500,7 @@ def _best(objective_fn, candidates, p_max, chunk: int = 4096):
     k = int(np.argmin(phi))
     if best_p is None or phi[k] < best_phi:
       best_phi, best_p = float(phi[k]), np.asarray(c[k], np.float64)
+  assert best_p is not None, "no candidates"
   return np.clip(best_p, 0.0, p_max), best_phi
 
 

@@ -10,22 +10,26 @@ import dataclasses
 import json
 import math
 import os
-from typing import Any, Dict, List, Literal, Optional, Union
+from typing import Any, Dict, List, Literal, Optional, Tuple, Union, get_args
 
 import numpy as np
 
 from fedjax_dp.algorithms.interface import (FederatedAlgorithm, ModelSpec, Prepared,
                                             SmokeConfig, check_choices)
-from fedjax_dp.algorithms.lapa import aggregation, allocators, channel
-from fedjax_dp.algorithms.lapa.algorithm import (AGGREGATORS, CLIPPINGS,
-                                                 DEFAULT_LABEL_NOISE_MULTIPLIER,
-                                                 FILTER_BUDGETS, LABEL_STATISTICS, lapa)
-from fedjax_dp.privacy import device_ledger, disclosure
-from fedjax_dp.privacy.ledger_protocol import PrivacyReport
+from fedjax_dp.algorithms.lapa import allocators, channel
+from fedjax_dp.algorithms.lapa import summary as lapa_summary
+from fedjax_dp.algorithms.lapa.algorithm import lapa
+from fedjax_dp.algorithms.lapa.privacy import (DEFAULT_LABEL_NOISE_MULTIPLIER, Clipping,
+                                               FilterBudget, LabelStatistics)
+from fedjax_dp.algorithms.lapa.round import Aggregator
+from fedjax_dp.privacy import disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
                                   check_non_negative, check_positive, check_probability)
 
-CHANNELS = ("practical", "ideal")
+__all__ = ["Channel", "CHANNELS", "LapaOptions", "Lapa", "parse_powers"]
+
+Channel = Literal["practical", "ideal"]
+CHANNELS: Tuple[str, ...] = get_args(Channel)
 _CHANNEL = "channel state and powers: no client data"
 _NOISY = "from the noisy budgets (post-processing of the DP releases)"
 _ACCT = "accounting of the noise added: no client data"
@@ -37,13 +41,13 @@ class LapaOptions:
   epsilon_total: float = 60.0
   """eps_T: each device's total budget under the paper's basic composition (the paper
   gives no value; Fig. 5 sweeps the initial noise level instead)"""
-  allocator: Literal[allocators.ALLOCATORS] = "lapa"
+  allocator: allocators.Allocator = "lapa"
   """lapa (eqs. 10-16), uniform (Benchmark 3: eps_T / T every round), arb (Benchmark 4,
   ARB-approx of the note) or none (no artificial noise)"""
-  aggregator: Literal[AGGREGATORS] = "wasserstein"
+  aggregator: Aggregator = "wasserstein"
   """wasserstein (eqs. 20-21, Configuration 1), fedavg (Benchmark 1) or beda (FedAdp's
   angle weights, Benchmark 2)"""
-  channel: Literal[CHANNELS] = "practical"
+  channel: Channel = "practical"
   """practical (decoded channel noise on every upload, eqs. 4-6) or ideal (none)"""
   ser_threshold: Optional[float] = None
   """schedule only devices whose symbol error rate is <= this (eq. 22 as an SER
@@ -67,14 +71,14 @@ class LapaOptions:
   noise alone meets every scheduled device's next budget; the channel noise is no DP
   noise on a digital link, so from that round on the run has NO guarantee (epsilon inf):
   --no-switch keeps the artificial noise on"""
-  label_statistics: Literal[LABEL_STATISTICS] = "dp"
+  label_statistics: LabelStatistics = "dp"
   """the Wasserstein weights' label statistics: dp (each device's label histogram
   released once with Gaussian noise, in the guarantee) or exact (the paper's; not
   covered: the run's epsilon is inf)"""
   label_noise_multiplier: float = DEFAULT_LABEL_NOISE_MULTIPLIER
   """z_h of the label-histogram release (noise SD sqrt(2) z_h per count: replace-one
   moves two counts by 1); its 1/z_h^2 = 0.25 is added to each device's rho"""
-  filter_budget: Union[float, Literal[FILTER_BUDGETS]] = "uniform"
+  filter_budget: Union[float, FilterBudget] = "uniform"
   """the privacy filter's budget on each device's sum of z^-2 over its uploads, fixed
   before training (the guarantee is its bound): uniform (what eps_T / T every round
   spends), cap (what any allocation within the paper's sum eps_i[t] <= eps_T can spend;
@@ -90,7 +94,7 @@ class LapaOptions:
   60% on Fashion-MNIST in 60 rounds; 0.3 keeps the DP runs stable)"""
   clip_norm: float = 1.0
   """C (eq. 17)"""
-  clipping: Literal[CLIPPINGS] = "per_example"
+  clipping: Clipping = "per_example"
   """per_example (each example's gradient clipped to C, then the mean over B) or
   aggregate (eq. 17 on the minibatch mean, as the paper writes it)"""
   calibration_sensitivity: Literal["paper", "provable"] = "paper"
@@ -348,171 +352,12 @@ class Lapa(FederatedAlgorithm):
     return False
 
   def summary_fields(self, alg, setup, controller, records) -> Dict[str, Any]:
-    c, run = alg.config, setup.run
-    uses_labels = c["aggregator"] == "wasserstein"
-    exact = uses_labels and c["label_statistics"] == "exact"
-    out: Dict[str, Any] = {
-        "ddpg": c.get("ddpg"), "allocator": c["allocator"], "aggregator": c["aggregator"],
-        "channel": c["channel"], "selected_devices": c["selected"],
-        "device_counts": np.asarray(setup.data.counts).astype(int).tolist(),
-        "snr_db": c["snr_db"], "ser": c["ser"],
-        "powers_w": c["powers_w"], "channel_std": c["channel_std"],
-        "partition": setup.data.partition,
-        "label_statistics": c["label_statistics"],
-        "label_noise_multiplier": c["label_noise_multiplier"],
-        "filter_budget": c["filter_budget"],
-    }
-    if not records:
-      return out
-    sel = np.asarray(c["selected"], bool)
-    if uses_labels and not exact:
-      dist = np.asarray(records[0]["label_distances"], np.float64)
-      out["label_distances"] = dist.tolist()
-      out["label_weights"] = np.asarray(
-          aggregation.wasserstein_weights(dist, sel)).tolist()
-    elif exact and not run.dp_metrics_only:
-      dist = np.asarray(records[0]["label_distances_exact"], np.float64)
-      out["diagnostics"] = {
-          "label_distances_exact": dist.tolist(),
-          "label_weights_exact": np.asarray(
-              aggregation.wasserstein_weights(dist, sel)).tolist(),
-          "note": "the paper's exact label statistics: computed from the devices' labels "
-                  "without noise, not covered by any epsilon (the run has no guarantee); "
-                  "left out with --dp-metrics-only"}
-    switched = [r["switch_round"] for r in records if r.get("switch_round")]
-    out["switch_round"] = int(switched[-1]) if switched else (
-        int(records[-1]["round"]) + 1 if records[-1].get("switched") else None)
-    eps_dev = np.array([r["epsilon_devices"] for r in records], np.float64)
-    spent = eps_dev.sum(axis=0)
-    out["epsilon_paper_per_device"] = spent.tolist()
-    out["epsilon_paper"] = float(spent.max())
-    out["delta_paper"] = float(min(1.0, c["delta"] * len(records)))
-    out["epsilon_paper_note"] = (
-        "the paper's accounting: basic composition of the per-round budgets eps_i[t] of "
-        "the classical Gaussian mechanism sigma = c Delta_s / eps (eqs. 12-19), summed "
-        "over the rounds before the switch and, after it, the budgets the channel noise "
-        "is claimed to meet (eq. 23); delta composes to T delta; valid only while every "
-        "eps_i[t] < 1, with the paper's sensitivity Delta_s = 2C/|D_i| and if the channel "
-        "noise were DP noise; not a guarantee")
-    out["classical_condition_holds"] = bool(np.all(eps_dev < 1.0))
-    out["switch_violations"] = int(sum(r.get("switch_violations", 0) for r in records))
-    z_label = np.array([_inf(r.get("label_noise_multiplier")) for r in records])
+    """The guarantee beside the realised composition, the paper's assumptions and its
+    own budget (`fedjax_dp.algorithms.lapa.summary.summary_fields`)."""
+    return lapa_summary.summary_fields(alg, setup, records)
 
-    def ledger_of(field, compose_label=False):
-      z = np.array([[_inf(v) for v in r[field]] for r in records], np.float64)
-      if compose_label:  # round 1's label release (the composed fields already hold it)
-        with np.errstate(divide="ignore"):
-          rho = np.where(np.isinf(z), 0.0, np.where(z == 0, np.inf, z ** -2.0))
-          rho_l = np.where(np.isinf(z_label), 0.0,
-                           np.where(z_label == 0, np.inf, z_label ** -2.0))
-          z = (rho + rho_l[:, None]) ** -0.5
-      led = device_ledger.DeviceLedger(z.shape[1], run.delta)
-      led.record(PrivacyReport(z.min(axis=1), 1.0, 1, client_noise_multipliers=z))
-      return led
-
-    if np.any(np.asarray(c["channel_std"]) > 0) and any(
-        "device_noise_multiplier_channel_assumption" in r for r in records):
-      led = ledger_of("device_noise_multiplier_channel_assumption")
-      out["epsilon_with_channel_noise_assumption_per_device"] = led.epsilons().tolist()
-      out["epsilon_with_channel_noise_assumption"] = led.worst_epsilon()
-      out["epsilon_with_channel_noise_assumption_note"] = (
-          "the paper's assumption, NOT a guarantee: the RDP accountant on the realised "
-          "noise with the decoded channel noise counted as Gaussian DP noise (artificial "
-          "plus channel SD over the enforced sensitivity, and the label release). It "
-          "would hold only for analog (uncoded) transmission with a receiver no better "
-          "than assumed and budgets fixed in advance; the paper's link is digital (BPSK/"
-          "QPSK): a demodulated coordinate arrives exactly or with bit errors")
-    if alg.privacy is None:
-      out["guarantee_note"] = (
-          "none: no artificial noise is ever added (allocator none); the channel noise is "
-          "not DP noise, so nothing protects the uploads (epsilon inf)")
-      return out
-    led = ledger_of("device_noise_multiplier")
-    out["epsilon_realised_per_device"] = led.epsilons().tolist()
-    out["epsilon_realised"] = led.worst_epsilon()
-    out["epsilon_realised_note"] = (
-        "NOT a guarantee: the RDP accountant on the noise each device's releases actually "
-        "carried (artificial noise and the label release), as if it had been fixed in "
-        "advance; the budgets were chosen adaptively from earlier noisy releases, so only "
-        "the filter's bound (epsilon) holds")
-    z_cond = ledger_of("device_noise_multiplier_conditional", compose_label=True)
-    out["epsilon_conditional_per_device"] = z_cond.epsilons().tolist()
-    out["epsilon_conditional"] = z_cond.worst_epsilon()
-    out["epsilon_conditional_note"] = (
-        "NOT a guarantee: the accountant (RDP) on the realised noise, artificial plus "
-        "channel, IF the paper's sensitivity 2C/|D_i| held and the channel noise were DP "
-        "noise (the paper's assumptions; budgets taken as fixed in advance)")
-    rho_real = led.rho
-    budget_total = np.asarray(c["rho_budget_total"], np.float64)
-    within = rho_real <= budget_total * (1.0 + device_ledger.FILTER_TOLERANCE)
-    capped = np.sum([r.get("filter_capped", [0] * len(sel)) for r in records], axis=0)
-    out["privacy_filter"] = {
-        "budget": c["filter_budget"], "rho_budget_per_device": c["rho_budget"],
-        "rho_label_release": c["label_rho"], "rho_budget_total_per_device":
-        budget_total.tolist(), "rho_realised_per_device": [
-            None if math.isinf(v) else float(v) for v in rho_real],
-        "within_budget": bool(np.all(within)),
-        "rounds_capped_per_device": np.asarray(capped, int).tolist(),
-        "mu_gdp": math.sqrt(float(np.max(np.where(within, np.maximum(budget_total,
-                                                                      rho_real), np.inf)))),
-        "note": ("each device's sum of z^-2 over its releases (the label histogram and the "
-                 "uploads' artificial noise) is capped at a budget fixed from the "
-                 "configuration before training, the round raising the noise of an upload "
-                 "that would exceed it to spend exactly what is left (none left: no "
-                 "upload); Gaussian mechanisms chosen adaptively under such a cap are "
-                 "mu-GDP with mu^2 = the budget (Smith and Thakurta, arXiv 2203.05481): "
-                 "epsilon is that bound")}
-    if exact:
-      out["guarantee_note"] = (
-          "none (epsilon inf): the Wasserstein weights use each device's exact label "
-          "histogram (--label-statistics exact, the paper's), released without noise; "
-          "use --label-statistics dp for a guarantee")
-    elif out["switch_round"] is not None and out["switch_round"] <= len(records):
-      out["guarantee_note"] = (
-          f"none (epsilon inf): the paper's switch-off (eq. 23) stopped the artificial "
-          f"noise from round {out['switch_round']}; the uploads after it carry only channel "
-          "noise, which is no DP noise on a digital link; rerun with --no-switch to keep "
-          "the artificial noise (and a finite guarantee)")
-    elif not np.all(within):
-      out["guarantee_note"] = ("none (epsilon inf): a device's releases exceeded its "
-                               "filter budget")
-    else:
-      out["guarantee_note"] = (
-          "the privacy filter's bound: every device's releases (its label histogram and "
-          "the artificial noise of its uploads) stay within a budget fixed before "
-          f"training ({c['filter_budget']!r}), so each device is mu-GDP with mu = "
-          f"{out['privacy_filter']['mu_gdp']:.4g} at worst, whatever the adaptive "
-          "budgets; the channel noise is not counted")
-    return out
-
-  def describe(self, s: Dict[str, Any]) -> List[str]:
-    lines = []
-    if s.get("guarantee_note"):
-      lines.append(f"guarantee: {s['guarantee_note']}")
-    extra = []
-    if s.get("epsilon_realised") is not None:
-      extra.append(f"realised composition {s['epsilon_realised']:.4g} (not a guarantee "
-                   "under adaptive budgets)")
-    if s.get("epsilon_with_channel_noise_assumption") is not None:
-      extra.append(f"with the paper's channel-noise assumption "
-                   f"{s['epsilon_with_channel_noise_assumption']:.4g} (conditional)")
-    if s.get("epsilon_conditional") is not None:
-      extra.append(f"with the paper's sensitivity and channel assumption "
-                   f"{s['epsilon_conditional']:.4g} (conditional)")
-    if extra:
-      lines.append("other epsilons, none a guarantee: " + "; ".join(extra))
-    if s.get("epsilon_paper") is not None:
-      sw = s.get("switch_round")
-      lines.append(
-          f"paper 001's own budget (basic composition): {s['epsilon_paper']:.3g} "
-          f"(delta {s['delta_paper']:.2g}); switch-off round T_th: "
-          f"{sw if sw else 'none'}")
-    return lines
-
-
-def _inf(v) -> float:
-  """A metrics value as a float, None (JSON's inf) as +inf."""
-  return math.inf if v is None else float(v)
+  def describe(self, summary: Dict[str, Any]) -> List[str]:
+    return lapa_summary.describe(summary)
 
 
 def parse_powers(spec: str, num_devices: int, p_max_w: float) -> np.ndarray:

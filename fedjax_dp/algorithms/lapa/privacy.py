@@ -8,6 +8,8 @@ that uses them is `fedjax_dp.algorithms.lapa.algorithm`."""
 
 from __future__ import annotations
 
+from typing import Literal, Tuple, get_args
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -15,9 +17,19 @@ import numpy as np
 from fedjax_dp.algorithms.lapa import aggregation
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
 
-CLIPPINGS = ("per_example", "aggregate")
-LABEL_STATISTICS = ("dp", "exact")
-FILTER_BUDGETS = ("uniform", "cap")
+__all__ = ["Clipping", "LabelStatistics", "FilterBudget", "CLIPPINGS",
+           "LABEL_STATISTICS", "FILTER_BUDGETS", "DEFAULT_LABEL_NOISE_MULTIPLIER",
+           "UNIFORM_BUDGET_SLACK", "provable_sensitivity", "label_histograms",
+           "project_histograms", "label_statistics", "upload_budgets"]
+
+#: The choices of the round's clipping, label statistics and filter budget (the
+#: tuples: their values).
+Clipping = Literal["per_example", "aggregate"]
+LabelStatistics = Literal["dp", "exact"]
+FilterBudget = Literal["uniform", "cap"]
+CLIPPINGS: Tuple[str, ...] = get_args(Clipping)
+LABEL_STATISTICS: Tuple[str, ...] = get_args(LabelStatistics)
+FILTER_BUDGETS: Tuple[str, ...] = get_args(FilterBudget)
 #: z_h of the label-histogram release: SD sqrt(2) z_h = 2.8 counts per class; its
 #: mu = 1 / z_h = 0.5 adds rho = 0.25 to a device's budget (alone: epsilon 2.2 at delta
 #: 1e-5, 1.5 at 1e-3, RDP), 5% of the uniform budget of eps_T = 60 over 50 rounds at

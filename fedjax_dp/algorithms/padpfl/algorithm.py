@@ -62,6 +62,9 @@ from fedjax_dp.privacy import sensitivity
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon,
                                   check_int, check_non_negative, check_positive)
 
+__all__ = ["padpfl", "schedule_hparams", "train_phases", "downlink_noise_multiplier",
+           "nominal_and_accountant_epsilons"]
+
 
 def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: float = 0.01,
            rounds: int = 30, exposures: int = 1, clip_bound: float = 20.0,
@@ -124,13 +127,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   if counts.min() < 1:
     raise FedJaxDpError("every client needs at least one example (Delta f = 2B/m_i, eq. 7).")
   m_min = int(counts.min())
-  p = np.asarray(impact_factors, np.float64)
-  if p.ndim == 1:
-    p = impact.constant_impact_factors(p, t)
-  p = impact.check_impact_factor_schedule(p, name="impact_factors")
-  if p.shape != (t, n):
-    raise FedJaxDpError(f"impact_factors must be [num_clients={n}] or [rounds={t}, "
-                        f"num_clients={n}], got shape {p.shape}.")
+  p = _impact_schedule(impact_factors, t, n)
 
   sampler = FixedSizeSampler.create(n, n)                            # every client
   full = int(data.max_examples)
@@ -138,13 +135,7 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
   sens = sensitivity.model_upload_sensitivity(
       sensitivity_mode, 2.0 * b / m_min, b, eta, tau, min(bsize, m_min),  # eq. (7)
       grad_clip_norm, prox_mu=mu)
-  # Lines 1-3 and 7-9: c, m_min, sigma_C (eq. 8); sigma_A and sigma_S (eq. 13) per round,
-  # all proportional to the upload sensitivity: scaled when it is not 2B / m_min.
-  levels = nbafl.noise_levels_per_round(p, b, r, m_min, eps, delta)
-  levels = nbafl.NoiseLevels(*(np.asarray(v) * (sens.calibration / sens.paper)
-                               for v in levels))
-  if not private:
-    levels = nbafl.NoiseLevels(*(np.zeros(t) for _ in range(4)))
+  levels = _noise_levels(p, b, r, m_min, eps, delta, sens, private)
   client = make_client_update(model, optax.sgd(1.0), batch_size=bsize, max_examples=full,
                               local_steps=tau)                        # lines 12-14
   config = RoundConfig(
@@ -164,23 +155,8 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
       impact_factors=p.tolist(),
       sigma_c=[float(v) for v in levels.sigma_c], sigma_ac=[float(v) for v in levels.sigma_ac],
       sigma_a=[float(v) for v in levels.sigma_a], sigma_s=[float(v) for v in levels.sigma_s])
-  privacy = None
-  if private:
-    privacy = PrivacySpec(
-        "record-level", round_relation(sampler, config), sampler.kind, sampling_rate=1.0,
-        population_size=n, cohort_size=n, clip_norm=b,
-        observation=round_observation(config),  # each upload with its sender
-        clipped="each client's final weights (B)",
-        note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
-              "every upload, server noise sigma_S (eq. 13); the ledger composes every "
-              f"round's upload (all T uploads seen) with z = sigma_C / Delta, Delta = "
-              f"{sens.guarantee:.4g} ("
-              + ("2B, the weight ball: provable; epsilon_*_conditional assume the "
-                 f"paper's 2B/m_min = {sens.paper:.4g}, which unclipped local training "
-                 "does not guarantee" if sensitivity_mode == "paper" else
-                 "clipped per-example gradients: provable")
-              + "); the paper's own epsilon assumes R uploads seen and is the classical "
-              "Gaussian mechanism scaled linearly"))
+  privacy = (_privacy_statement(sampler, config, b, sens, sensitivity_mode) if private
+             else None)
   hp0 = jax.tree_util.tree_map(lambda a: np.asarray(a)[0] if np.ndim(a) else a,
                                schedule_hparams(alg_config))
   return Algorithm(
@@ -189,6 +165,60 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
           server.init_server_state(model.init(key), server_opt), mesh),
       hparams=hp0, privacy=privacy, k_max=sampler.k_max, config=alg_config,
       sampling_rate=1.0)
+
+
+def _impact_schedule(impact_factors: Any, rounds: int, num_clients: int) -> np.ndarray:
+  """The impact factors as a checked ``[T, N]`` schedule (a fixed ``[N]`` repeated).
+
+  Raises:
+    FedJaxDpError: an invalid schedule (`impact.check_impact_factor_schedule`) or shape.
+  """
+  t, n = rounds, num_clients
+  p = np.asarray(impact_factors, np.float64)
+  if p.ndim == 1:
+    p = impact.constant_impact_factors(p, t)
+  p = impact.check_impact_factor_schedule(p, name="impact_factors")
+  if p.shape != (t, n):
+    raise FedJaxDpError(f"impact_factors must be [num_clients={n}] or [rounds={t}, "
+                        f"num_clients={n}], got shape {p.shape}.")
+  return p
+
+
+def _noise_levels(p: np.ndarray, b: float, r: int, m_min: int, eps: float, delta: float,
+                  sens: sensitivity.ModelUploadSensitivity, private: bool
+                  ) -> nbafl.NoiseLevels:
+  """Lines 1-3 and 7-9: c, m_min, sigma_C (eq. 8); sigma_A and sigma_S (eq. 13) per
+  round, all proportional to the upload sensitivity: scaled when it is not 2B / m_min;
+  zeros when not private."""
+  levels = nbafl.noise_levels_per_round(p, b, r, m_min, eps, delta)
+  levels = nbafl.NoiseLevels(*(np.asarray(v) * (sens.calibration / sens.paper)
+                               for v in levels))
+  if not private:
+    levels = nbafl.NoiseLevels(*(np.zeros(len(p)) for _ in range(4)))
+  return levels
+
+
+def _privacy_statement(sampler: FixedSizeSampler, config: RoundConfig, b: float,
+                       sens: sensitivity.ModelUploadSensitivity, sensitivity_mode: str
+                       ) -> PrivacySpec:
+  """The record-level statement of a private PADPFL run (module docstring): every
+  client's every upload seen with its sender, z = sigma_C / Delta."""
+  n = sampler.population_size
+  return PrivacySpec(
+      "record-level", round_relation(sampler, config), sampler.kind, sampling_rate=1.0,
+      population_size=n, cohort_size=n, clip_norm=b,
+      observation=round_observation(config),  # each upload with its sender
+      clipped="each client's final weights (B)",
+      note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
+            "every upload, server noise sigma_S (eq. 13); the ledger composes every "
+            f"round's upload (all T uploads seen) with z = sigma_C / Delta, Delta = "
+            f"{sens.guarantee:.4g} ("
+            + ("2B, the weight ball: provable; epsilon_*_conditional assume the "
+               f"paper's 2B/m_min = {sens.paper:.4g}, which unclipped local training "
+               "does not guarantee" if sensitivity_mode == "paper" else
+               "clipped per-example gradients: provable")
+            + "); the paper's own epsilon assumes R uploads seen and is the classical "
+            "Gaussian mechanism scaled linearly"))
 
 
 def schedule_hparams(config: Dict[str, Any], start: int = 0,

@@ -42,6 +42,7 @@ All functions are host-side float64 NumPy; nothing is traced.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Union
 
@@ -249,9 +250,10 @@ def total_noise_stddev(clip_bound: float, rounds: int, max_impact: float,
   return 2.0 * b * t * gaussian_constant(d) * pmax / (m * eps)
 
 
-def _server_scale(rounds: int, exposures: int, pmax: np.ndarray,
+def _server_scale(rounds: int, exposures: Union[int, np.ndarray], pmax: np.ndarray,
                   sum_sq: np.ndarray) -> np.ndarray:
-  """``sqrt(T^2 pmax^2 - R^2 sum_sq)`` where above the relative threshold, else 0."""
+  """``sqrt(T^2 pmax^2 - R^2 sum_sq)`` where above the relative threshold, else 0 (R one
+  exposure count, or one per entry)."""
   full = (rounds * pmax) ** 2
   v = full - (exposures ** 2) * sum_sq
   return np.where(v > THRESHOLD_RTOL * full, np.sqrt(np.maximum(v, 0.0)), 0.0)
@@ -571,8 +573,9 @@ def accountant_epsilon(p: Any, clip_bound: float, rounds: int, exposures: int,
   z_up = float(levels.sigma_c[0]) / (2.0 * b / m)
   actual_total = np.sqrt(levels.sigma_ac ** 2 + levels.sigma_s ** 2)
   z_down = actual_total / (2.0 * b * ps.max(axis=1) / m)
-  kw = dict(accountant=accountant, orders=orders,
-            pld_value_discretization_interval=pld_value_discretization_interval)
+  epsilon_of = functools.partial(
+      gaussian_epsilon, accountant=accountant, orders=orders,
+      pld_value_discretization_interval=pld_value_discretization_interval)
   return {
       "label": ("accountant epsilon of the noise actually added (dp_accounting, "
                 "unsampled Gaussian releases); an extra analysis, not the paper's claim"),
@@ -583,7 +586,7 @@ def accountant_epsilon(p: Any, clip_bound: float, rounds: int, exposures: int,
                    "replace-one sensitivity"),
       "z_uplink": z_up,
       "z_downlink": z_down,
-      "uplink_epsilon": gaussian_epsilon(z_up, d, releases=r, **kw),
-      "uplink_all_uploads_epsilon": gaussian_epsilon(z_up, d, releases=t, **kw),
-      "downlink_epsilon": gaussian_epsilon(z_down, d, **kw),
+      "uplink_epsilon": epsilon_of(z_up, d, releases=r),
+      "uplink_all_uploads_epsilon": epsilon_of(z_up, d, releases=t),
+      "downlink_epsilon": epsilon_of(z_down, d),
   }

@@ -23,6 +23,8 @@ from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.validation import (FedJaxDpError, check_epsilon, check_int,
                                   check_non_negative, check_positive)
 
+__all__ = ["PadpflOptions", "PhaseController", "Padpfl"]
+
 
 @dataclasses.dataclass
 class PadpflOptions(SensitivityOptions):
@@ -200,7 +202,7 @@ class Padpfl(FederatedAlgorithm):
   def summary_fields(self, alg, setup, controller, records) -> Dict[str, Any]:
     c, o = alg.config, setup.options
     out = dict(nominal_and_accountant_epsilons(c))
-    if c["private"] and records:  # the broadcasts actually made, through a ledger
+    if alg.privacy is not None and records:  # private: the broadcasts made, via a ledger
       down = PrivacyLedger(c["delta"], **alg.privacy.ledger_kwargs())
       down.record(PrivacyReport([r["noise_multiplier_downlink"] for r in records], 1.0, 1))
       out["epsilon_rdp_downlink"] = down.epsilon()
@@ -228,7 +230,8 @@ class Padpfl(FederatedAlgorithm):
         clip_bound=c["clip_bound"], exposures=c["exposures"])
     return out
 
-  def describe(self, s: Dict[str, Any]) -> List[str]:
+  def describe(self, summary: Dict[str, Any]) -> List[str]:
+    s = summary
     if s.get("epsilon_rdp_downlink") is None:
       return []
     big = lambda v: f"{v:.3f}" if v < 1e4 else f"{v:.4g}"

@@ -45,7 +45,7 @@ eq. (3) is the uniform average.
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple, Optional, Tuple
+from typing import Any, Literal, NamedTuple, Optional, Sequence, Tuple, get_args
 
 import jax
 import jax.numpy as jnp
@@ -63,7 +63,10 @@ from fedjax_dp.privacy import clipping, events, per_example
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive, check_probability)
 
-AGGREGATIONS = ("uniform", "data_size")
+__all__ = ["Aggregation", "AGGREGATIONS", "RdpPflHParams", "stage_config", "rdp_pfl"]
+
+Aggregation = Literal["uniform", "data_size"]
+AGGREGATIONS: Tuple[str, ...] = get_args(Aggregation)
 
 
 class RdpPflHParams(NamedTuple):
@@ -161,53 +164,17 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
       ``aggregation="data_size"`` with ``private=True``.
   """
   tau0 = check_int("local_epochs", local_epochs, minimum=1)
-  qf = check_probability("query_fraction", query_fraction)
-  if qf >= 1.0:
-    raise FedJaxDpError(f"query_fraction must be in (0, 1), got {qf}.",
-                        option="query_fraction")
-  check_choice("clip_mode", clip_mode, meta.CLIP_MODES)
-  check_choice("aggregation", aggregation, AGGREGATIONS)
-  if aggregation == "data_size" and private:
-    raise FedJaxDpError(
-        "aggregation='data_size' (the paper's eq. 3, p_i = |D_i^S| / |D^S|) weights by "
-        "data size, and the weights by data size depend on the client's records: adding "
-        "or removing one record changes every p_i, so the average is not post-processing "
-        "of the DP uploads and no guarantee covers it. Use aggregation='uniform' (public "
-        "weights 1/U; equal to eq. 3 when every client holds as many records, as in the "
-        "paper), or private=False to run the paper's weights without a guarantee.",
-        option="aggregation")
-  check_choice("per_example_method", per_example_method, per_example.METHODS)
+  qf = _check_query_fraction(query_fraction)
+  _check_modes(clip_mode, aggregation, private, per_example_method)
   eta = check_positive("inner_learning_rate", inner_learning_rate)
   beta = check_positive("outer_learning_rate", outer_learning_rate)
-  c = float(clip_norm)
-  if not c > 0:
-    raise FedJaxDpError(f"clip_norm must be > 0, got {clip_norm!r}.", option="clip_norm")
-  if private and not math.isfinite(c):
-    raise FedJaxDpError("clip_norm must be finite for a private run (the noise is "
-                        f"sigma x C), got {clip_norm!r}.", option="clip_norm")
+  c = _check_clip_norm(clip_norm, private)
   sigma = check_non_negative("noise_multiplier", noise_multiplier)
   q_q = check_probability("query_sampling_rate", query_sampling_rate)
   q_s = check_probability("support_sampling_rate", support_sampling_rate)
   power_iterations = check_int("power_iterations", power_iterations, minimum=1)
   roles = _check_query_rows(query_rows, data, qf)
-  real_rows = np.arange(data.max_examples)[None, :] < np.asarray(data.counts)[:, None]
-  n_q = np.sum(roles & real_rows, axis=1)
-  n_s = np.asarray(data.counts) - n_q
-  if int(n_q.min()) < 1 or int(n_s.min()) < 1:
-    raise FedJaxDpError(f"query_fraction={qf} (or query_rows) leaves a client with an "
-                        f"empty query or support set (client sizes "
-                        f"{int(data.counts.min())}..{int(data.counts.max())}).",
-                        option="query_rows" if query_rows is not None else
-                        "query_fraction")
-  if nominal_sizes is None:
-    nominal_q, nominal_s = int(n_q.max()), int(n_s.max())
-  else:
-    nominal_q, nominal_s = (check_int("nominal_sizes", int(v), minimum=1)
-                            for v in nominal_sizes)
-    if nominal_q < int(n_q.max()) or nominal_s < int(n_s.max()):
-      raise FedJaxDpError(f"nominal_sizes={tuple(nominal_sizes)} must be at least every "
-                          f"client's query and support set sizes (largest "
-                          f"{int(n_q.max())}, {int(n_s.max())}).", option="nominal_sizes")
+  n_s, nominal_q, nominal_s = _role_sizes(data, roles, qf, query_rows, nominal_sizes)
   roles_dev = jnp.asarray(roles)
   query_cfg = stage_config(nominal_q, q_q, overflow_prob, micro_batch_size)
   support_cfg = stage_config(nominal_s, q_s, overflow_prob, micro_batch_size)
@@ -321,19 +288,10 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
   privacy = None
   groups = meta.release_groups(clip_mode)
   if private:
-    privacy = GroupedPrivacySpec(
-        unit="record-level", relation="add_remove", sampler="poisson",
-        observation="aggregate", release_groups=groups,
-        releases=(Release("query", q_q, tau0, scale_q,
-                          events.Truncation(nominal_q, query_cfg.max_batch_size,
-                                            num_clients)),
-                  Release("support", q_s, tau0, scale_s,
-                          events.Truncation(nominal_s, support_cfg.max_batch_size,
-                                            num_clients))),
-        note=_privacy_note(clip_mode),
-        clip_norm=c, clipped=("each query example's gradient and each support example's "
-                              "meta-gradient" if clip_mode != "paper" else
-                              "each batch's mean gradient and each clipped product"))
+    privacy = _privacy_statement(
+        clip_mode, c, groups, num_clients,
+        (("query", q_q, scale_q, nominal_q, query_cfg),
+         ("support", q_s, scale_s, nominal_s, support_cfg)), tau0)
   config = dict(algorithm="rdp_pfl", local_epochs=tau0, query_fraction=qf,
                 inner_learning_rate=eta, outer_learning_rate=beta, clip_norm=c,
                 noise_multiplier=sigma, query_sampling_rate=q_q,
@@ -349,6 +307,104 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
                 chunk_size=layout.chunk_size, power_iterations=power_iterations)
   return Algorithm(name="rdp_pfl", round_fn=round_fn, init=init, hparams=hparams,
                    privacy=privacy, k_max=num_clients, config=config, sampling_rate=1.0)
+
+
+def _check_query_fraction(query_fraction: float) -> float:
+  """The query set's share of a client's rows, in (0, 1).
+
+  Raises:
+    FedJaxDpError: out of range.
+  """
+  qf = check_probability("query_fraction", query_fraction)
+  if qf >= 1.0:
+    raise FedJaxDpError(f"query_fraction must be in (0, 1), got {qf}.",
+                        option="query_fraction")
+  return qf
+
+
+def _check_modes(clip_mode: str, aggregation: str, private: bool,
+                 per_example_method: str) -> None:
+  """The clip mode, the aggregation (data-size weights only without a guarantee) and
+  the per-example method.
+
+  Raises:
+    FedJaxDpError: an unknown choice, or ``aggregation="data_size"`` with ``private``.
+  """
+  check_choice("clip_mode", clip_mode, meta.CLIP_MODES)
+  check_choice("aggregation", aggregation, AGGREGATIONS)
+  if aggregation == "data_size" and private:
+    raise FedJaxDpError(
+        "aggregation='data_size' (the paper's eq. 3, p_i = |D_i^S| / |D^S|) weights by "
+        "data size, and the weights by data size depend on the client's records: adding "
+        "or removing one record changes every p_i, so the average is not post-processing "
+        "of the DP uploads and no guarantee covers it. Use aggregation='uniform' (public "
+        "weights 1/U; equal to eq. 3 when every client holds as many records, as in the "
+        "paper), or private=False to run the paper's weights without a guarantee.",
+        option="aggregation")
+  check_choice("per_example_method", per_example_method, per_example.METHODS)
+
+
+def _check_clip_norm(clip_norm: float, private: bool) -> float:
+  """C > 0, finite for a private run (its noise is sigma x C).
+
+  Raises:
+    FedJaxDpError: C <= 0, or infinite with ``private``.
+  """
+  c = float(clip_norm)
+  if not c > 0:
+    raise FedJaxDpError(f"clip_norm must be > 0, got {clip_norm!r}.", option="clip_norm")
+  if private and not math.isfinite(c):
+    raise FedJaxDpError("clip_norm must be finite for a private run (the noise is "
+                        f"sigma x C), got {clip_norm!r}.", option="clip_norm")
+  return c
+
+
+def _role_sizes(data, roles: np.ndarray, qf: float, query_rows,
+                nominal_sizes: Optional[Tuple[int, int]]) -> Tuple[np.ndarray, int, int]:
+  """Every client's support-set size ``n_s`` ``[U]`` and the public nominal sizes
+  ``(n^Q, n^S)`` (given, or the largest client's).
+
+  Raises:
+    FedJaxDpError: a client with an empty query or support set, or nominal sizes
+      below a client's.
+  """
+  real_rows = np.arange(data.max_examples)[None, :] < np.asarray(data.counts)[:, None]
+  n_q = np.sum(roles & real_rows, axis=1)
+  n_s = np.asarray(data.counts) - n_q
+  if int(n_q.min()) < 1 or int(n_s.min()) < 1:
+    raise FedJaxDpError(f"query_fraction={qf} (or query_rows) leaves a client with an "
+                        f"empty query or support set (client sizes "
+                        f"{int(data.counts.min())}..{int(data.counts.max())}).",
+                        option="query_rows" if query_rows is not None else
+                        "query_fraction")
+  if nominal_sizes is None:
+    return n_s, int(n_q.max()), int(n_s.max())
+  nominal_q, nominal_s = (check_int("nominal_sizes", int(v), minimum=1)
+                          for v in nominal_sizes)
+  if nominal_q < int(n_q.max()) or nominal_s < int(n_s.max()):
+    raise FedJaxDpError(f"nominal_sizes={tuple(nominal_sizes)} must be at least every "
+                        f"client's query and support set sizes (largest "
+                        f"{int(n_q.max())}, {int(n_s.max())}).", option="nominal_sizes")
+  return n_s, nominal_q, nominal_s
+
+
+def _privacy_statement(clip_mode: str, clip_norm: float, groups, num_clients: int,
+                       stages: Sequence[Tuple[str, float, float, int, meta.StageConfig]],
+                       tau0: int) -> GroupedPrivacySpec:
+  """The record-level statement (module docstring): one `Release` per stage
+  ``(name, sampling rate, noise scale, nominal size, StageConfig)``, tau0 a round,
+  each truncated at its static draw cap."""
+  return GroupedPrivacySpec(
+      unit="record-level", relation="add_remove", sampler="poisson",
+      observation="aggregate", release_groups=groups,
+      releases=tuple(Release(name, q, tau0, scale,
+                             events.Truncation(nominal, cfg.max_batch_size, num_clients))
+                     for name, q, scale, nominal, cfg in stages),
+      note=_privacy_note(clip_mode),
+      clip_norm=clip_norm,
+      clipped=("each query example's gradient and each support example's meta-gradient"
+               if clip_mode != "paper" else
+               "each batch's mean gradient and each clipped product"))
 
 
 def _bcast(mask, arr):

@@ -44,16 +44,22 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple, Tuple
+from typing import Any, Callable, Literal, NamedTuple, Tuple, get_args
 
 import jax
 import jax.numpy as jnp
 
 from fedjax_dp.privacy import clipping, dp_sgd, noise, per_example
 
+__all__ = ["PyTree", "ClipMode", "CLIP_MODES", "release_scales", "STAGE_GROUPS",
+           "release_groups", "example_loss", "per_example_meta_gradient",
+           "meta_clipped_sum", "grad_clipped_sum", "meta_gradient",
+           "spectral_norm_i_minus_eta_h", "StageStats", "StageConfig", "local_epoch"]
+
 PyTree = Any
 
-CLIP_MODES = ("per_example", "paper", "first_order", "dp_fedavg")
+ClipMode = Literal["per_example", "paper", "first_order", "dp_fedavg"]
+CLIP_MODES: Tuple[str, ...] = get_args(ClipMode)
 
 
 def release_scales(clip_mode: str) -> Tuple[float, float]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Sequence, Tuple, Union
 
 import dp_accounting
 from dp_accounting import rdp as dp_rdp
@@ -114,8 +114,8 @@ def per_step_rdp(q: float, sigma: float, orders: Sequence[float] = OPACUS_ORDERS
   return _rdp_cached(q, sigma, _check_orders(orders))
 
 
-def paper_conversion(rdp_total: Sequence[float], orders: Sequence[float], delta: float
-                     ) -> Tuple[float, float]:
+def paper_conversion(rdp_total: Union[Sequence[float], np.ndarray],
+                     orders: Sequence[float], delta: float) -> Tuple[float, float]:
   """The paper's RDP -> (eps, delta) conversion (Eq. 12 / Appendix Eq. 34, Balle et al.
   2020 Theorem 20), minimised over the orders:
 

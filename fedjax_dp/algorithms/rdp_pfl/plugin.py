@@ -15,7 +15,7 @@ ones."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Literal, Optional
+from typing import Any, Dict, List, Literal, Optional, Tuple, get_args
 
 import jax.numpy as jnp
 import numpy as np
@@ -23,16 +23,20 @@ import numpy as np
 from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, ModelSpec,
                                             Prepared, SmokeConfig, check_choices)
 from fedjax_dp.algorithms.rdp_pfl import clients, paper_accounting
-from fedjax_dp.algorithms.rdp_pfl.algorithm import AGGREGATIONS, rdp_pfl
-from fedjax_dp.algorithms.rdp_pfl.meta import CLIP_MODES
+from fedjax_dp.algorithms.rdp_pfl.algorithm import Aggregation, rdp_pfl
+from fedjax_dp.algorithms.rdp_pfl.meta import ClipMode
+from fedjax_dp.algorithms.rdp_pfl.privacy import GroupedPrivacySpec
 from fedjax_dp.federated.driver import POSITIVE, PROBABILITY, DeviceEvaluator
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.ledger_protocol import PrivacyReport
 from fedjax_dp.validation import (FedJaxDpError, check_int, check_non_negative,
                                   check_positive, check_probability)
 
+__all__ = ["RELEASES", "Mechanism", "MECHANISMS", "RdpPflOptions", "RdpPfl"]
+
 RELEASES = ("query", "support")
-MECHANISMS = ("gaussian", "clip_only", "none")
+Mechanism = Literal["gaussian", "clip_only", "none"]
+MECHANISMS: Tuple[str, ...] = get_args(Mechanism)
 
 
 @dataclasses.dataclass
@@ -55,13 +59,13 @@ class RdpPflOptions:
   """q^Q: Poisson rate of the inner step's draw from the query set (note H2)"""
   support_sampling_rate: float = 0.1
   """q^S: Poisson rate of the outer step's draw from the support set"""
-  clip_mode: Literal[CLIP_MODES] = "per_example"
+  clip_mode: ClipMode = "per_example"
   """per_example (per-example clipping, the meta-gradient's Hessian on each support
   example: Theorem 1's accounting holds exactly), paper (eqs. 6-11 as printed: batch
   clipping, factored sqrt(C) clipping; weaker guarantee), first_order (first-order
   MAML baseline), dp_fedavg (two plain DP-SGD steps per epoch, no meta step: the
   DP-FedAvg baseline, personalised the same way)"""
-  mechanism: Literal[MECHANISMS] = "gaussian"
+  mechanism: Mechanism = "gaussian"
   """gaussian (private), clip_only (sigma = 0: clipping bias alone) or none (no
   clipping, no noise: non-private federated MAML); the last two are baselines the
   paper lacks and report epsilon = inf"""
@@ -78,7 +82,7 @@ class RdpPflOptions:
   """share of a source client's images in its query set (the rest: support set)"""
   test_per_class: int = 100
   """test images per class per target client (from the test split)"""
-  aggregation: Literal[AGGREGATIONS] = "uniform"
+  aggregation: Aggregation = "uniform"
   """uniform (default: every source client weighs 1/U, public weights, so the average
   is post-processing of the DP uploads) or data_size (the paper's eq. 3, p_i =
   |D_i^S| / |D^S| from the clients' record counts: adding or removing one record moves
@@ -290,10 +294,12 @@ class RdpPfl(FederatedAlgorithm):
           "removing one record moves every weight), so the average is not "
           "post-processing of the DP uploads: no (epsilon, delta) guarantee, epsilon "
           "inf. aggregation='uniform' has one.")
-    if alg.privacy is None or not records:
+    spec = alg.privacy
+    if spec is None or not records:
       return out
-    ledger = alg.privacy.make_ledger(run.delta)   # the run's, from its records
-    ledger.record(PrivacyReport.from_records(records, alg.privacy.release_names))
+    assert isinstance(spec, GroupedPrivacySpec), spec  # `rdp_pfl`'s statement
+    ledger = spec.make_ledger(run.delta)   # the run's, from its records
+    ledger.record(PrivacyReport.from_records(records, spec.release_names))
     out.update(
         release_groups=[list(g) for g in ledger.groups],
         group_epsilons_rdp=list(ledger.group_epsilons(accountant="rdp")),
@@ -322,7 +328,8 @@ class RdpPfl(FederatedAlgorithm):
         budget_split_paper=split_)
     return out
 
-  def describe(self, s: Dict[str, Any]) -> List[str]:
+  def describe(self, summary: Dict[str, Any]) -> List[str]:
+    s = summary
     lines = [s.get("data_structure", "")]
     acc = s.get("final_test_accuracy_no_adapt")
     if acc is not None:

@@ -26,7 +26,7 @@ from fedjax_dp.runs import RunConfig, run
 from fedjax_dp.runs.privacy import calibrate_noise_multiplier
 from fedjax_dp.validation import FedJaxDpError
 
-from .test_tree_sensitivity import _release_matrix, _worst
+from .test_tree_sensitivity import release_matrix, worst_group
 
 REL = dp_accounting.NeighboringRelation
 SYNTH = ["--dataset", "synthetic", "--num-clients", "20", "--model", "mlp", "--hidden", "8",
@@ -71,7 +71,7 @@ def _tree_sens2(rounds, restart_every, cycle):
   """The tree's sensitivity^2 from its definition (`test_tree_sensitivity`'s release
   matrix of the dyadic blocks each tree's prefix sums use, and the worst group's
   ||A u_g||^2), not from the code under test."""
-  return float(_worst(_release_matrix(rounds, restart_every), rounds, cycle))
+  return float(worst_group(release_matrix(rounds, restart_every), rounds, cycle))
 
 
 def recompute(rows):

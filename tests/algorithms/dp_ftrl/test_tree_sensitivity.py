@@ -43,7 +43,7 @@ def _old(rounds, t_len):
   return full * levels(t_len) + levels(rest)
 
 
-def _release_matrix(rounds, t_len):
+def release_matrix(rounds, t_len):
   """0/1 [nodes, rounds]: the node sums the trees release, from the definition: each tree
   (T consecutive rounds, the last one partial) answers its prefix sums 1..m (m = the
   tree's rounds in the run) from the dyadic blocks of their binary decompositions
@@ -63,7 +63,7 @@ def _release_matrix(rounds, t_len):
   return a
 
 
-def _worst(a, rounds, cycle):
+def worst_group(a, rounds, cycle):
   """max_g ||A u_g||^2, u_g the 0/1 vector of group g's rounds (the worst contribution:
   every update of the client the same vector of norm S = 1)."""
   best = 0.0
@@ -76,9 +76,9 @@ def _worst(a, rounds, cycle):
 
 @pytest.mark.parametrize("rounds,t_len,cycle", CASES)
 def test_exact_sensitivity_is_the_release_matrix_norm(rounds, t_len, cycle):
-  a = _release_matrix(rounds, t_len)
+  a = release_matrix(rounds, t_len)
   assert a.shape[0] == rounds  # one released node per round
-  want = _worst(a, rounds, cycle)
+  want = worst_group(a, rounds, cycle)
   got = acc.tree_sensitivity_squared(rounds, t_len, cycle)
   assert isinstance(got, int) and got == want
   if cycle >= t_len:  # one leaf of a client per node: sum of leaf counts, <= the bound
@@ -157,10 +157,11 @@ def test_tree_noise_releases_exactly_the_counted_nodes(rounds, t_len, cycle):
   assert np.allclose(np.diag(b), 1.0) and np.allclose(np.triu(b, 1), 0.0)
   a = np.round(np.linalg.inv(b))
   assert set(np.unique(a)) <= {0.0, 1.0}
-  defined = _release_matrix(rounds, t_len)
+  defined = release_matrix(rounds, t_len)
   order = lambda m: m[np.lexsort(m.T[::-1])]  # compare as sets of rows
   np.testing.assert_array_equal(order(a), order(defined))
-  assert acc.tree_sensitivity_squared(rounds, t_len, cycle) == _worst(a, rounds, cycle)
+  assert acc.tree_sensitivity_squared(rounds, t_len, cycle) == \
+      worst_group(a, rounds, cycle)
   nodes = acc.tree_released_nodes(rounds, t_len)  # row u: the node round u completes
   for u, (lo, hi) in enumerate(nodes):
     want = np.zeros(rounds)
@@ -184,7 +185,7 @@ def test_run_event_ledger_and_algorithm_use_the_exact_value():
   # Every prefix of the history is the exact event of that many rounds.
   for t in range(1, rounds + 1):
     want = dp_rdp.RdpAccountant().compose(dp_accounting.GaussianDpEvent(
-        z / math.sqrt(_worst(_release_matrix(t, 3), t, 4)))).get_epsilon(delta)
+        z / math.sqrt(worst_group(release_matrix(t, 3), t, 4)))).get_epsilon(delta)
     assert eps[t - 1] == pytest.approx(want, rel=1e-9)
   # The algorithm: its privacy spec's ledger and its per-round sensitivity^2 (the
   # plugin's ftrl_sensitivity_squared).
@@ -197,7 +198,7 @@ def test_run_event_ledger_and_algorithm_use_the_exact_value():
   assert run_ledger.epsilon(accountant="pld") == pytest.approx(pld, rel=1e-6)
   s2 = run_sensitivity_squared(alg.config, rounds)
   np.testing.assert_array_equal(
-      s2, [_worst(_release_matrix(t, 3), t, 4) for t in range(1, rounds + 1)])
+      s2, [worst_group(release_matrix(t, 3), t, 4) for t in range(1, rounds + 1)])
   assert s2[-1] == 4.0
 
 

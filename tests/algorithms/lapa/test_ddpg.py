@@ -76,7 +76,7 @@ def test_buffer_wraps_around_and_samples_valid_slots():
   for k in range(5):
     buf = ddpg.buffer_add(buf, jnp.full((4,), k, jnp.float32), jnp.full((2,), k, jnp.float32),
                           float(k), jnp.full((4,), k + 0.5, jnp.float32))
-  assert int(buf.index) == 2 and int(buf.size) == 3
+  assert int(buf.position) == 2 and int(buf.size) == 3
   # Slots 0, 1 were overwritten by transitions 3, 4; slot 2 still holds transition 2.
   np.testing.assert_array_equal(np.asarray(buf.rewards), [3.0, 4.0, 2.0])
   np.testing.assert_array_equal(np.asarray(buf.states[:, 0]), [3.0, 4.0, 2.0])

@@ -28,7 +28,7 @@ from fedjax_dp.models import create_model
 from fedjax_dp.privacy import device_ledger as dl
 from fedjax_dp.validation import FedJaxDpError
 
-from .test_lapa_round import _run
+from .test_lapa_round import run_jitted_rounds
 
 N, M, F, K = 4, 40, 5, 4          # devices, rows per device, features, classes
 DELTA = 1e-5
@@ -111,7 +111,7 @@ def test_label_histograms_are_released_once_with_their_noise(problem):
   # post-processing of the received histograms (clip at 0, normalise, W1, softmax)
   _, _, w0 = A.label_statistics(hist[0], fd.counts, np.ones(N, bool))
   np.testing.assert_allclose(w[0], w0, rtol=1e-6)
-  s, ms = _run(alg, pop, 2)
+  s, ms = run_jitted_rounds(alg, pop, 2)
   np.testing.assert_array_equal(np.asarray(ms[0].extras["label_distances"]),
                                 np.asarray(ms[1].extras["label_distances"]))
   assert float(ms[0].extras["label_noise_multiplier"]) == pytest.approx(z_h)
@@ -127,7 +127,7 @@ def test_label_release_is_composed_into_each_device_ledger(problem):
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("lapa", 4.0, rounds),
                label_noise_multiplier=z_h, delta=DELTA, batch_size=8,
                channel_std=np.full(N, 0.05))
-  _, ms = _run(alg, pop, rounds)
+  _, ms = run_jitted_rounds(alg, pop, rounds)
   sens = 2 * 1.0 / 8
   sig = np.array([np.asarray(m.extras["sigma_devices"], np.float64) for m in ms])
   up = np.array([np.asarray(m.extras["device_uploaded"]) for m in ms], bool)
@@ -148,7 +148,7 @@ def test_exact_label_statistics_have_no_finite_guarantee(problem):
   fd, pop, model = problem
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 5.0, 2),
                label_statistics="exact", delta=DELTA)
-  s, ms = _run(alg, pop, 2)
+  s, ms = run_jitted_rounds(alg, pop, 2)
   dist, w = _paper_weights(fd)
   np.testing.assert_allclose(ms[0].extras["aggregation_weights_exact"], w, rtol=1e-5)
   np.testing.assert_allclose(ms[0].extras["label_distances_exact"], dist, rtol=1e-5,
@@ -165,7 +165,7 @@ def test_exact_label_statistics_have_no_finite_guarantee(problem):
   # FedAvg uses no label statistics: the option changes nothing there
   fa = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 5.0, 2),
               aggregator="fedavg", label_statistics="exact", delta=DELTA)
-  _, ms = _run(fa, pop, 1)
+  _, ms = run_jitted_rounds(fa, pop, 1)
   assert np.all(np.isfinite(np.asarray(ms[0].client_noise_multipliers)))
 
 
@@ -183,7 +183,7 @@ def test_channel_noise_is_not_in_the_guarantee(problem):
   assert none.privacy is None
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 5.0, 4), batch_size=8,
                channel_std=np.full(N, 0.3), switch=False, aggregator="fedavg")
-  _, ms = _run(alg, pop, 2)
+  _, ms = run_jitted_rounds(alg, pop, 2)
   sig = np.asarray(ms[1].extras["sigma_devices"], np.float64)
   np.testing.assert_allclose(ms[1].client_noise_multipliers, sig / alg.config["sensitivity"],
                              rtol=1e-5)
@@ -191,7 +191,7 @@ def test_channel_noise_is_not_in_the_guarantee(problem):
                              np.hypot(sig, 0.3) / alg.config["sensitivity"], rtol=1e-5)
   sw = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 30.0, 4), batch_size=8,
               channel_std=np.full(N, 50.0))
-  _, ms = _run(sw, pop, 3)
+  _, ms = run_jitted_rounds(sw, pop, 3)
   assert [int(m.extras["switched"]) for m in ms] == [0, 1, 1]
   ledger = sw.privacy.make_ledger(DELTA)
   z = np.array([np.asarray(m.client_noise_multipliers) for m in ms])
@@ -211,7 +211,7 @@ def test_headline_epsilon_is_the_filter_bound(problem):
   rounds, eps_t, z_h = 4, 4.0, 2.0
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("lapa", eps_t, rounds),
                delta=DELTA, batch_size=8)
-  _, ms = _run(alg, pop, rounds)
+  _, ms = run_jitted_rounds(alg, pop, rounds)
   budget = _uniform_budget(fd, eps_t, rounds, batch=8)
   np.testing.assert_allclose(alg.config["rho_budget"], budget, rtol=1e-9)
   np.testing.assert_allclose(ms[0].extras["device_rho_budget"], budget, rtol=1e-6)
@@ -237,7 +237,7 @@ def test_the_filter_is_enforced_under_adaptive_budgets(problem, kind):
   acfg = al.AllocatorConfig(kind, 40.0, rounds, arb_beta=0.5)
   alg = A.lapa(model, fd, allocator=acfg, delta=DELTA, batch_size=8,
                filter_budget=target, calibration_sensitivity="provable")
-  s, ms = _run(alg, pop, rounds, seed=3)
+  s, ms = run_jitted_rounds(alg, pop, rounds, seed=3)
   budget = np.asarray(alg.config["rho_budget"])
   # the budget from its definition: the Gaussian mechanism of epsilon 5, less 1/z_h^2
   assert _gaussian_eps([(budget[0] + z_h ** -2) ** -0.5]) == pytest.approx(target,
@@ -273,7 +273,7 @@ def test_cap_budget_bounds_every_allocation_within_the_papers_cap(problem):
                batch_size=8, filter_budget="cap")
   np.testing.assert_allclose(alg.config["rho_budget"],
                              _uniform_budget(fd, 6.0, rounds, batch=8) * rounds, rtol=1e-9)
-  _, ms = _run(alg, pop, rounds)
+  _, ms = run_jitted_rounds(alg, pop, rounds)
   assert not any(np.any(m.extras["filter_capped"]) for m in ms)
   ledger = alg.privacy.make_ledger(DELTA)
   ledger.record_many(np.array([np.asarray(m.client_noise_multipliers) for m in ms]))

@@ -36,7 +36,9 @@ def problem():
   return fd, pop, create_model("linear", (F,), K)
 
 
-def _run(alg, pop, rounds, seed=1):
+def run_jitted_rounds(alg, pop, rounds, seed=1):
+  """``rounds`` jitted rounds of ``alg`` on ``pop`` (one root key): ``(state, [metrics])``
+  (also used by test_lapa_privacy.py)."""
   f = jax.jit(alg.round_fn)
   s = alg.init(jax.random.PRNGKey(0))
   out = []
@@ -83,7 +85,7 @@ def test_noise_has_the_scale_the_round_reports(problem):
   alg = A.lapa(model, fd, allocator=acfg, aggregator="fedavg", batch_size=4,
                learning_rate=1e-9, clip_norm=0.01, delta=1e-5, channel_std=ch,
                switch=False)
-  _, ms = _run(alg, pop, rounds)
+  _, ms = run_jitted_rounds(alg, pop, rounds)
   sig = np.asarray(ms[0].extras["sigma_devices"], np.float64)
   c, ds = alg.config["gaussian_constant"], np.asarray(alg.config["paper_sensitivity"])
   np.testing.assert_allclose(sig, c * ds / (2.0 / rounds), rtol=1e-5)   # eqs. 18-19
@@ -107,7 +109,7 @@ def test_switch_turns_artificial_noise_off_for_good(problem):
   ch = np.full(N, 50.0)                       # channel noise above any artificial SD
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 30.0, rounds),
                channel_std=ch, batch_size=2, clip_norm=1.0, learning_rate=1e-3)
-  _, ms = _run(alg, pop, rounds)
+  _, ms = run_jitted_rounds(alg, pop, rounds)
   sw = [int(m.extras["switched"]) for m in ms]
   assert sw == [0, 1, 1, 1, 1, 1]            # decided after round 1: T_th = 2
   assert int(ms[-1].extras["switch_round"]) == 2
@@ -126,7 +128,7 @@ def test_switch_turns_artificial_noise_off_for_good(problem):
   off = A.lapa(model, fd, allocator=al.AllocatorConfig("uniform", 30.0, rounds),
                channel_std=ch, batch_size=2, clip_norm=1.0, learning_rate=1e-3,
                switch=False)
-  _, ms_off = _run(off, pop, 3)
+  _, ms_off = run_jitted_rounds(off, pop, 3)
   assert all(float(np.max(m.extras["sigma_devices"])) > 0 for m in ms_off)
 
 
@@ -135,7 +137,7 @@ def test_unscheduled_devices_release_nothing(problem):
   sel = np.array([True, False, True, True])
   alg = A.lapa(model, fd, allocator=al.AllocatorConfig("lapa", 5.0, 4), selected=sel,
                channel_std=np.full(N, 0.01))
-  _, ms = _run(alg, pop, 4)
+  _, ms = run_jitted_rounds(alg, pop, 4)
   for r, m in enumerate(ms):
     z = np.asarray(m.client_noise_multipliers)
     # round 1: every device's label histogram (device 1's alone); then only uploads
