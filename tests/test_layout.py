@@ -23,7 +23,8 @@ ALLOWED = {
     "checkpoint": {"validation"},
     "data": {"validation"},
     "models": {"validation"},
-    "privacy": {"validation"},
+    # privacy/per_example computes convolutions as patches (models/conv_lowering).
+    "privacy": {"models", "validation"},
     "federated": {"privacy", "validation"},
     "auditing": {"federated", "privacy", "validation"},
     "algorithms": {"federated", "privacy", "models", "data", "auditing", "validation"},

@@ -30,6 +30,7 @@ import numpy as np
 import optax
 
 from fedjax_dp.models import modules
+from fedjax_dp.models.conv_lowering import CONV_LOWERINGS, lowered_convs
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
 __all__ = [
@@ -75,12 +76,17 @@ class Model:
     feature_shape: shape of one example, e.g. ``(128, 6)``.
     num_classes: number of classes.
     loss_name: ``"cross_entropy"`` or ``"hinge"``.
+    conv_lowering: ``"patches"`` (default): every supported ``flax.linen.Conv`` runs
+      as patches x kernel, a matmul that stays fast when vmapped over clients and
+      examples (`fedjax_dp.models.conv_lowering`); ``"native"``: flax's own
+      ``lax.conv_general_dilated``. Same parameters, outputs equal to float tolerance.
   """
   name: str
   module: nn.Module
   feature_shape: tuple
   num_classes: int
   loss_name: str = "cross_entropy"
+  conv_lowering: str = "patches"
 
   def init(self, key) -> Params:
     """Initial parameters (pytree of float32 arrays) from a PRNG key."""
@@ -91,7 +97,8 @@ class Model:
     """Logits float32 ``[B, num_classes]`` for ``x`` float32 ``[B, *feature_shape]``."""
     # flax 0.12 annotates Module.apply as `Any | tuple[Any, variables]` whatever
     # ``mutable``; with mutable=False (the default) it returns the module's output alone.
-    return cast(jax.Array, self.module.apply({"params": params}, x))
+    with lowered_convs(self.conv_lowering == "patches"):
+      return cast(jax.Array, self.module.apply({"params": params}, x))
 
   def per_example_loss(self, logits, labels) -> jax.Array:
     """Loss float32 ``[B]`` (cross-entropy or multi-class hinge)."""
@@ -181,7 +188,8 @@ def default_model_name(feature_shape: Sequence[int]) -> str:
 
 
 def from_module(module: nn.Module, feature_shape: Sequence[int], num_classes: int,
-                name: Optional[str] = None, loss: str = "cross_entropy") -> Model:
+                name: Optional[str] = None, loss: str = "cross_entropy",
+                conv_lowering: str = "patches") -> Model:
   """Wraps any flax linen module as a `Model` (your own architecture, no fork needed).
 
   The module is checked on a dummy batch ``float32 [2, *feature_shape]`` with
@@ -207,6 +215,9 @@ def from_module(module: nn.Module, feature_shape: Sequence[int], num_classes: in
     num_classes: number of classes (>= 2).
     name: the model's name in summaries (default: the module's class name).
     loss: ``"cross_entropy"`` or ``"hinge"``.
+    conv_lowering: ``"patches"`` (default: each supported ``nn.Conv`` computed as
+      patches x kernel, `fedjax_dp.models.conv_lowering`) or ``"native"`` (flax's
+      convolution).
 
   Returns:
     A `Model`.
@@ -217,6 +228,7 @@ def from_module(module: nn.Module, feature_shape: Sequence[int], num_classes: in
       ``params``, or logits of another shape or dtype.
   """
   check_choice("loss", loss, LOSSES)
+  check_choice("conv_lowering", conv_lowering, CONV_LOWERINGS)
   if isinstance(module, type) and issubclass(module, nn.Module):
     raise FedJaxDpError(f"model must be a flax module instance, got the class "
                         f"{module.__name__} (write {module.__name__}(...)).", option="model")
@@ -258,7 +270,7 @@ def from_module(module: nn.Module, feature_shape: Sequence[int], num_classes: in
                         f"{num_classes}] (floating) for a batch of 2 examples of shape "
                         f"{feature_shape}, got {got}.", option="model")
   return Model(name=name, module=module, feature_shape=feature_shape,
-               num_classes=int(num_classes), loss_name=loss)
+               num_classes=int(num_classes), loss_name=loss, conv_lowering=conv_lowering)
 
 
 def as_model(model: Any, feature_shape: Sequence[int], num_classes: int,

@@ -10,7 +10,9 @@ work written as a matrix product (measured: 29 clients x 20 local steps of a 5-t
 
 `Conv` therefore computes the same convolution as ``nn.Conv`` (stride 1, ``"SAME"``
 or ``"VALID"`` padding, no dilation) by unfolding the input into patches with static
-slices and contracting them with the kernel in one ``einsum``: under vmap this is a
+slices and contracting them with the kernel in one ``einsum``
+(`fedjax_dp.models.conv_lowering.conv_apply`, which also serves any ``nn.Conv``: a model
+written with ``nn.Conv`` gets the same speed through `fedjax_dp.models.from_module`): under vmap this is a
 batched matmul, which XLA runs at matmul speed on every backend. Its parameters have
 ``nn.Conv``'s names, shapes and initialisers (``kernel [*kernel_size, C_in, C_out]``
 with LeCun-normal init, ``bias [C_out]`` zeros), so checkpoints are interchangeable and
@@ -27,22 +29,11 @@ from typing import Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
+from fedjax_dp.models.conv_lowering import ConvPlan, conv_apply, conv_patches
+
 __all__ = [
     "extract_patches", "Conv", "max_pool",
 ]
-
-
-def _pad_spatial(x, kernel_size: Sequence[int], padding: str):
-  """Pads the spatial axes of ``x [B, *spatial, C]`` for ``"SAME"`` (as XLA does:
-  the extra element of an even kernel goes after); ``"VALID"`` leaves ``x`` as is."""
-  if padding == "VALID":
-    return x
-  pads = [(0, 0)]
-  for k in kernel_size:
-    total = k - 1
-    pads.append((total // 2, total - total // 2))
-  pads.append((0, 0))
-  return jnp.pad(x, pads)
 
 
 def extract_patches(x, kernel_size: Sequence[int], padding: str = "SAME"):
@@ -50,37 +41,33 @@ def extract_patches(x, kernel_size: Sequence[int], padding: str = "SAME"):
 
   Patch element ``j`` (row-major over the kernel window) of output position ``o`` is
   ``x_padded[o + offset_j]``; only static slices are used (no gather, no convolution).
+  The stride-1 case of `fedjax_dp.models.conv_lowering.conv_patches`.
 
   Args:
-    x: float array, batch first and channels last; 1 or 2 spatial axes.
+    x: float array, batch first and channels last; 1 or more spatial axes.
     kernel_size: window per spatial axis, e.g. ``(5,)`` or ``(3, 3)``.
-    padding: ``"SAME"`` (output spatial size = input size) or ``"VALID"``.
+    padding: ``"SAME"`` (output spatial size = input size; an even kernel's extra
+      padding element goes after, as XLA does) or ``"VALID"``.
 
   Returns:
     The patches; ``out_spatial = spatial`` (SAME) or ``spatial - k + 1`` (VALID).
 
   Raises:
-    ValueError: unknown padding, or a kernel larger than a VALID input.
+    ValueError: unknown padding, a kernel_size of another rank than the input's
+      spatial axes, or a kernel larger than a VALID input.
   """
+  return conv_patches(x, _plan(kernel_size, padding, x.ndim - 2))
+
+
+def _plan(kernel_size: Sequence[int], padding: str, spatial_axes: int) -> ConvPlan:
   if padding not in ("SAME", "VALID"):
     raise ValueError(f"padding must be 'SAME' or 'VALID', got {padding!r}.")
   kernel_size = tuple(int(k) for k in kernel_size)
-  spatial = x.shape[1:-1]
-  if len(spatial) != len(kernel_size):
+  if spatial_axes != len(kernel_size):
     raise ValueError(f"kernel_size {kernel_size} needs {len(kernel_size)} spatial axes, "
-                     f"got input shape {x.shape}.")
-  xp = _pad_spatial(x, kernel_size, padding)
-  out = tuple(s if padding == "SAME" else s - k + 1 for s, k in zip(spatial, kernel_size))
-  if min(out) < 1:
-    raise ValueError(f"kernel_size {kernel_size} is larger than the input {spatial}.")
-  offsets = [()]
-  for k in kernel_size:
-    offsets = [o + (i,) for o in offsets for i in range(k)]
-  slices = []
-  for off in offsets:
-    idx = (slice(None),) + tuple(slice(o, o + n) for o, n in zip(off, out)) + (slice(None),)
-    slices.append(xp[idx])
-  return jnp.stack(slices, axis=-2)
+                     f"got {spatial_axes}.")
+  ones = (1,) * len(kernel_size)
+  return ConvPlan(kernel_size, ones, ones, padding, 1, True)
 
 
 class Conv(nn.Module):
@@ -94,6 +81,8 @@ class Conv(nn.Module):
   features: int
   kernel_size: Sequence[int]
   padding: str = "SAME"
+  #: Per-example clipping treats it as a convolution on patches (closed-form norms).
+  per_example_rule = "conv"
 
   @nn.compact
   def __call__(self, x):
@@ -103,9 +92,7 @@ class Conv(nn.Module):
     kernel = self.param("kernel", nn.initializers.lecun_normal(),
                         k + (c_in, self.features), jnp.float32)
     bias = self.param("bias", nn.initializers.zeros_init(), (self.features,), jnp.float32)
-    patches = extract_patches(x, k, self.padding)
-    w = kernel.reshape((-1, c_in, self.features))
-    return jnp.einsum("...jc,jcf->...f", patches, w) + bias
+    return conv_apply(_plan(k, self.padding, x.ndim - 2), x, kernel, bias)
 
 
 def max_pool(x, window: Sequence[int]):

@@ -17,10 +17,15 @@ norm). Two ways to compute it, chosen automatically (``method="auto"``):
     (Goodfellow, "Efficient per-example gradient computations", 2015); for inputs with
     a sequence/spatial axis T the norm is ``<a_i a_i^T, e_i e_i^T>_F`` (the ghost norm of
     Li et al., ICLR 2022, eq. 4) or the direct ``||a_i^T e_i||_F``, whichever is cheaper.
-    Any other parameterised layer (convolutions, normalisation, embeddings, a
-    researcher's own) gets its per-example parameter gradients from its own VJP vmapped
-    over the batch (exact for any stride/padding; materialises only that layer's
-    per-example gradients, ``[B, *param_shape]``). With the norms known, the clipped sum
+    A convolution (flax ``nn.Conv`` with any strides, dilation, padding mode and
+    feature groups, or `fedjax_dp.models.layers.Conv`) is the same dense layer on its
+    unfolded input: ``a_i`` becomes the patches ``[T, K * C_in]`` (T output positions,
+    K kernel taps; per feature group) and the same two formulas apply, with the layer
+    itself computed as patches x kernel (`fedjax_dp.models.conv_lowering`).
+    Any other parameterised layer (normalisation, embeddings, a masked or transposed
+    convolution, a researcher's own) gets its per-example parameter gradients from its
+    own VJP vmapped over the batch (materialises only that layer's per-example
+    gradients, ``[B, *param_shape]``). With the norms known, the clipped sum
     is each layer's VJP over the whole batch with the output gradients re-weighted by
     ``w_i min(1, C / ||g_i||)`` (book-keeping, Bu et al., "Differentially private
     optimization on large models at small cost", ICML 2023, Algorithm 1): one extra
@@ -58,7 +63,9 @@ from typing import Any, Callable, List, NamedTuple, Tuple
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax import lax
 
+from fedjax_dp.models import conv_lowering
 from fedjax_dp.privacy import clipping
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
@@ -85,7 +92,15 @@ class ClippedSum(NamedTuple):
 class _Leaf(NamedTuple):
   path: Tuple[str, ...]
   module: nn.Module          # unbound clone: ``module.apply({"params": p}, a)``
-  kind: str                  # "dense" (closed form) or "generic" (vmapped VJP)
+  kind: str                  # "dense", "conv" (closed forms) or "generic" (vmapped VJP)
+
+
+def _leaf_kind(mod: nn.Module) -> str:
+  if type(mod) is nn.Dense or getattr(type(mod), "per_example_rule", None) == "dense":
+    return "dense"
+  if conv_lowering.conv_plan(mod) is not None and getattr(mod, "mask", None) is None:
+    return "conv"
+  return "generic"
 
 
 def _zero_padding(x, y, weights):
@@ -146,17 +161,14 @@ def _traced_forward(model, params, x, perturbations=None):
       problems.append(f"{name} does not return one array")
       return out
     i = len(leaves)
-    kind = ("dense" if type(mod) is nn.Dense
-            or getattr(type(mod), "per_example_rule", None) == "dense" else "generic")
-    leaves.append(_Leaf(path, mod.clone(parent=None), kind))
+    leaves.append(_Leaf(path, mod.clone(parent=None), _leaf_kind(mod)))
     inputs.append(args[0])
     if perturbations is not None:
       out = out + perturbations[i]
     return out
 
-  with nn.intercept_methods(interceptor):
-    variables = {"params": params}
-    logits = model.module.apply(variables, x)
+  with nn.intercept_methods(interceptor):  # outside Model.apply's conv lowering
+    logits = model.apply(params, x)
   return logits, inputs, leaves, problems
 
 
@@ -195,37 +207,114 @@ def ghost_support(model, params, x) -> Tuple[bool, str]:
   return True, ""
 
 
-def _dense_sq_norms(mod: nn.Dense, a, e):
+def _dense_sq_norms(mod: nn.Module, a, e):
   """Per-example squared norms of a Dense layer's kernel (+ bias) gradients.
 
-  ``a [B, ..., d_in]``, ``e [B, ..., d_out]`` -> float32 ``[B]`` (Goodfellow 2015 for
-  2-D inputs; Li et al. 2022, eq. 4, ghost norm, for inputs with extra axes)."""
+  ``a [B, ..., d_in]``, ``e [B, ..., d_out]`` -> ``(sq, per_example)``: float32 ``[B]``
+  (Goodfellow 2015 for 2-D inputs; for inputs with extra axes, `_grouped_sq_norms`),
+  and the per-example gradients ``{"kernel": [B, d_in, d_out], "bias": [B, d_out]}``
+  when they were formed to get the norms (else None)."""
   a = a.astype(jnp.float32)
   e = e.astype(jnp.float32)
   b = a.shape[0]
+  use_bias = getattr(mod, "use_bias", True)
   if a.ndim == 2:
     sq = jnp.sum(a * a, axis=1) * jnp.sum(e * e, axis=1)
-    if mod.use_bias:
+    if use_bias:
       sq = sq + jnp.sum(e * e, axis=1)
-    return sq
-  a3 = a.reshape((b, -1, a.shape[-1]))
-  e3 = e.reshape((b, -1, e.shape[-1]))
-  t, d_in, d_out = a3.shape[1], a3.shape[2], e3.shape[2]
-  if 2 * t * t <= d_in * d_out:  # ghost norm: <a a^T, e e^T>_F, O(T^2 (d_in + d_out))
-    sq = jnp.sum(jnp.einsum("btd,bsd->bts", a3, a3) * jnp.einsum("bte,bse->bts", e3, e3),
-                 axis=(1, 2))
-  else:  # direct: ||a^T e||_F^2, O(T d_in d_out)
-    sq = jnp.sum(jnp.square(jnp.einsum("btd,bte->bde", a3, e3)), axis=(1, 2))
-  if mod.use_bias:
-    sq = sq + jnp.sum(jnp.square(jnp.sum(e3, axis=1)), axis=1)
-  return sq
+    return sq, None
+  a4 = a.reshape((b, -1, 1, a.shape[-1]))
+  e4 = e.reshape((b, -1, 1, e.shape[-1]))
+  sq, g = _grouped_sq_norms(a4, e4, use_bias)
+  if g is None:
+    return sq, None
+  per = {"kernel": g[:, 0]}
+  if use_bias:
+    per["bias"] = jnp.sum(e4[:, :, 0], axis=1)
+  return sq, per
+
+
+def _grouped_sq_norms(a, e, use_bias: bool):
+  """``sum_g ||a_g^T e_g||_F^2`` (+ the bias term ``||sum_t e||^2``) per example.
+
+  ``a [B, T, G, D]`` (layer inputs per position and group), ``e [B, T, G, F]`` (output
+  gradients) -> ``(sq float32 [B], g)``: the squared norm of each example's weight
+  gradient ``g_i = sum_t a_t e_t^T`` of every group. When T is small the ghost norm
+  ``<a a^T, e e^T>_F`` (Li et al., ICLR 2022, eq. 4; O(T^2 (D + F)) per group) avoids
+  forming ``g`` (returned as None); otherwise ``g [B, G, D, F]`` is formed (O(T D F),
+  the weight gradient's own cost) and returned, so that the clipped sum reuses it
+  instead of a second weight-gradient product (per-layer choice of Bu et al., "Scalable
+  and efficient training of large convolutional neural networks with differential
+  privacy", NeurIPS 2022, mixed ghost clipping)."""
+  t, d, f = a.shape[1], a.shape[3], e.shape[3]
+  bias_sq = (jnp.sum(jnp.square(jnp.sum(e, axis=1)), axis=(1, 2)) if use_bias
+             else jnp.zeros(a.shape[0], jnp.float32))
+  if 2 * t * t <= d * f:
+    sq = jnp.sum(jnp.einsum("btgd,bsgd->bgts", a, a) * jnp.einsum("btgf,bsgf->bgts", e, e),
+                 axis=(1, 2, 3))
+    return sq + bias_sq, None
+  if a.shape[2] == 1:
+    # e^T a, contracting T, then a small transpose: the large patches ``a`` stay in
+    # their [B, T, D] layout (``einsum`` would copy them to [B, D, T] first).
+    gt = lax.dot_general(e[:, :, 0], a[:, :, 0], (((1,), (1,)), ((0,), (0,))))
+    g = jnp.swapaxes(gt, 1, 2)[:, None]                         # [B, 1, D, F]
+  else:
+    g = jnp.einsum("btgd,btgf->bgdf", a, e)
+  return jnp.sum(jnp.square(g), axis=(1, 2, 3)) + bias_sq, g
+
+
+def _conv_sq_norms(mod: nn.Module, a, e):
+  """Per-example squared norms of a convolution's kernel (+ bias) gradients, as a
+  dense layer on the unfolded input: ``a [B, ..., *spatial, C_in]`` ->
+  patches ``[B, T, G, K * C_in / G]`` against ``e [B, ..., *out, C_out]`` ->
+  ``[B, T, G, C_out / G]`` (T = output positions of the example; G feature groups).
+  Returns ``(sq [B], per_example)`` as `_dense_sq_norms` (kernel ``[B, *kernel_shape]``)."""
+  plan = conv_lowering.conv_plan(mod)
+  assert plan is not None
+  n, b, g = len(plan.kernel_size), a.shape[0], plan.groups
+  flat = a.astype(jnp.float32).reshape((-1,) + a.shape[a.ndim - n - 1:])
+  p = conv_lowering.conv_patches(flat, plan)                  # [N, *out, K, C_in]
+  k, c_in = p.shape[-2], p.shape[-1]
+  p = p.reshape((b, -1, k, g, c_in // g)).transpose(0, 1, 3, 2, 4)
+  a4 = p.reshape((b, p.shape[1], g, k * (c_in // g)))
+  e4 = e.astype(jnp.float32).reshape((b, -1, g, e.shape[-1] // g))
+  sq, gr = _grouped_sq_norms(a4, e4, plan.use_bias)
+  if gr is None:
+    return sq, None
+  fg = e4.shape[-1]                                           # [B, G, K*Cg, Fg] ->
+  kern = gr.reshape((b, g, k, c_in // g, fg)).transpose(0, 2, 3, 1, 4)  # [B, K, Cg, G, Fg]
+  per = {"kernel": kern.reshape((b,) + plan.kernel_size + (c_in // g, g * fg))}
+  if plan.use_bias:
+    per["bias"] = jnp.sum(e4, axis=1).reshape((b, -1))
+  return sq, per
+
+
+def _conv_leaf_apply(mod: nn.Module, q, a):
+  """The conv leaf's output from its parameters ``q`` as patches x kernel."""
+  plan = conv_lowering.conv_plan(mod)
+  assert plan is not None
+  kernel, bias = conv_lowering.kernel_bias(mod, q)
+  a, kernel, bias = getattr(mod, "promote_dtype", _same)(a, kernel, bias,
+                                                          dtype=getattr(mod, "dtype", None))
+  return conv_lowering.conv_apply(plan, a, kernel, bias, getattr(mod, "precision", None))
+
+
+def _leaf_apply(mod: nn.Module, q, a):
+  """A leaf module applied alone (any nn.Conv inside lowered to patches x kernel)."""
+  with conv_lowering.lowered_convs():
+    return mod.apply({"params": q}, a)
+
+
+def _same(*args, dtype=None):
+  del dtype
+  return args
 
 
 def _generic_sq_norms(mod: nn.Module, p, a, e):
   """Per-example squared norms of any row-wise layer's parameter gradients: its own
   VJP on one row, vmapped over the batch. ``[B]`` float32."""
   def one(ai, ei):
-    _, vjp = jax.vjp(lambda q: mod.apply({"params": q}, ai[None]), p)
+    _, vjp = jax.vjp(lambda q: _leaf_apply(mod, q, ai[None]), p)
     (gp,) = vjp(ei[None].astype(jnp.result_type(ai)))
     return sum(jnp.sum(jnp.square(l.astype(jnp.float32))) for l in jax.tree_util.tree_leaves(gp))
   return jax.vmap(one)(a, e)
@@ -252,23 +341,37 @@ def _ghost(model, params, x, y, weights, clip_norm) -> ClippedSum:
   (_, (losses, inputs, leaves)), outs_grads = jax.value_and_grad(
       loss_of_perturbations, has_aux=True)(zeros)
   sq = jnp.zeros(x.shape[0], jnp.float32)
+  formed = []
   for leaf, a, e in zip(leaves, inputs, outs_grads):
     p = _get(params, leaf.path)
-    sq = sq + (_dense_sq_norms(leaf.module, a, e) if leaf.kind == "dense"
-               else _generic_sq_norms(leaf.module, p, a, e))
+    if leaf.kind == "generic":
+      sq_l, per = _generic_sq_norms(leaf.module, p, a, e), None
+    else:
+      sq_l, per = (_dense_sq_norms if leaf.kind == "dense" else _conv_sq_norms)(
+          leaf.module, a, e)
+    sq, formed = sq + sq_l, formed + [per]
   scale, norms, finite = _clip_scale(sq, weights, clip_norm)
-  total = jax.tree_util.tree_map(jnp.zeros_like, params)
-  total = _unfreeze(total)
-  for leaf, a, e in zip(leaves, inputs, outs_grads):
+  total = _unfreeze(jax.tree_util.tree_map(jnp.zeros_like, params))
+  for leaf, a, e, per in zip(leaves, inputs, outs_grads, formed):
     p = _get(params, leaf.path)
-    rows = finite.reshape((-1,) + (1,) * (a.ndim - 1))
-    a = jnp.where(rows, a, 0)  # a non-finite row must not turn 0 * Inf into NaN
-    e = jnp.where(finite.reshape((-1,) + (1,) * (e.ndim - 1)), e, 0)
+    if per is not None:  # per-example gradients formed for the norms: weight and sum
+      g = {k: jnp.tensordot(scale, jnp.where(_rows(finite, v), v, 0.0), axes=(0, 0))
+              .astype(p[k].dtype) for k, v in per.items()}
+      _set(total, leaf.path, g)
+      continue
+    a = jnp.where(_rows(finite, a), a, 0)  # a non-finite row must not turn 0 * Inf into NaN
+    e = jnp.where(_rows(finite, e), e, 0)
     s = scale.reshape((-1,) + (1,) * (e.ndim - 1)).astype(e.dtype)
-    _, vjp = jax.vjp(lambda q, m=leaf.module, a=a: m.apply({"params": q}, a), p)
+    apply = _conv_leaf_apply if leaf.kind == "conv" else _leaf_apply
+    _, vjp = jax.vjp(lambda q, m=leaf.module, a=a: apply(m, q, a), p)
     (g,) = vjp(e * s)
     _set(total, leaf.path, g)
   return ClippedSum(_like(params, total), losses, norms, finite)
+
+
+def _rows(mask, v):
+  """``mask [B]`` broadcast against ``v [B, ...]``."""
+  return mask.reshape((-1,) + (1,) * (v.ndim - 1))
 
 
 def _outputs(model, params, x):
@@ -282,7 +385,7 @@ def _outputs(model, params, x):
     return out
 
   with nn.intercept_methods(interceptor):
-    model.module.apply({"params": params}, x)
+    model.apply(params, x)
   return outs
 
 
