@@ -151,3 +151,66 @@ def check_sum(got, ref, batch_size: int, clip_norm: float, rtol: float = 1e-4):
   ok = bool(np.all(np.isfinite(got)) and norm <= batch_size * clip_norm * (1 + 1e-4)
             and err <= rtol)
   return {"clipped_sum_norm": norm, "rel_err_vs_reference": err, "correct": ok}
+
+
+# --- Serve mode: one round per stdin command (`benchmarks.interleave`) ----------------
+#
+# A benchmark script started with ``--serve`` builds its workload, runs the warm-up
+# rounds, prints ``{"event": "ready", ...}`` and then reads one command per stdin line:
+# ``round`` runs and times one round and prints ``{"event": "round", "round": i,
+# "seconds": s, "loss": l}``; ``done`` (or end of input) prints ``{"event": "record",
+# "record": {...}}`` (the script's usual JSON record over the rounds served) and exits.
+# Protocol lines go to the original stdout; everything else the process prints (Python
+# or C) is redirected to stderr, so stdout carries nothing but the protocol.
+
+
+def _protocol_out():
+  """A text stream on the original stdout; fd 1 then points at stderr."""
+  sys.stdout.flush()
+  out = os.fdopen(os.dup(1), "w", buffering=1)
+  os.dup2(2, 1)
+  sys.stdout = sys.stderr
+  return out
+
+
+def serve(run_round, warmup: int, finish, ready_info=None, extras=None) -> None:
+  """Serves rounds on stdin/stdout (protocol above).
+
+  ``run_round(r) -> loss``: runs round ``r`` (0-based, warm-up rounds included) and
+  returns only once its new global parameters exist (the caller times it).
+  ``finish(seconds, losses) -> record``: the JSON record from the timed rounds' seconds
+  and every round's loss (warm-up included). ``ready_info``: extra fields of the ready
+  line. ``extras``: ``{command: fn}``, more commands (``fn() -> dict``, answered as
+  ``{"event": command, **fn()}``; fedjax_dp's ``profile``)."""
+  out = _protocol_out()
+  extras = extras or {}
+
+  def say(**fields):
+    out.write(json.dumps(fields) + "\n")
+    out.flush()
+
+  seconds, losses, warm_s = [], [], []
+  for r in range(warmup):
+    t0 = time.perf_counter()
+    losses.append(float(run_round(r)))
+    warm_s.append(time.perf_counter() - t0)
+  say(event="ready", warmup_seconds=warm_s, **(ready_info or {}))
+  for line in sys.stdin:
+    cmd = line.strip()
+    if cmd == "done":
+      break
+    if cmd in extras:
+      say(event=cmd, **extras[cmd]())
+      continue
+    if cmd != "round":
+      say(event="error", message=f"unknown command {cmd!r}")
+      continue
+    r = len(losses)
+    t0 = time.perf_counter()
+    loss = float(run_round(r))
+    dt = time.perf_counter() - t0
+    seconds.append(dt)
+    losses.append(loss)
+    say(event="round", round=len(seconds) - 1, seconds=dt, loss=loss)
+  say(event="record", record=finish(seconds, losses))
+  out.close()

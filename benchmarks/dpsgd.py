@@ -2,7 +2,7 @@
 
 Two measurements, each printing one JSON record (section "dpsgd" of `benchmarks.run`):
 
-``--workload dpsgd_mlp|dpsgd_cnn``: federated record-level DP-SGD with the public
+``--workload dpsgd_mlp|dpsgd_cnn|dpsgd_user_cnn``: federated record-level DP-SGD with the public
 algorithm `fedjax_dp.algorithms.dp_fedavg.dp_fedavg_record_level` (every client of the
 population in every round: fixed-size cohort of all ``num_clients``; ``local_steps`` local DP-SGD
 steps with Poisson rate ``record_sampling_rate``, clip ``clip_norm``, noise
@@ -22,6 +22,7 @@ best and median of ``--repeat`` calls after 3 warm-up calls; this process's dens
 matmul rate is measured before and after (the micro rows' reference).
 
   python -m benchmarks.dpsgd --workload dpsgd_mlp [--devices N] [--out f.json]
+  python -m benchmarks.dpsgd --workload dpsgd_user_cnn --serve   # benchmarks.interleave
   python -m benchmarks.dpsgd --micro [--models mlp,cnn] [--batch-sizes 20,256]
 """
 
@@ -38,7 +39,14 @@ METHODS = ("auto", "ghost", "vmap")
 
 
 def make_model(w):
-  from fedjax_dp.models import create_model
+  """The workload's model: fedjax_dp's MLP or CNN, or (``user_cnn``) the flax module
+  `benchmarks.flax_nets.UserCNN` through `fedjax_dp.models.from_module`, as a user
+  brings their own flax ``nn.Conv`` network."""
+  from fedjax_dp.models import create_model, from_module
+  if w["arch"] == "user_cnn":
+    from benchmarks.flax_nets import UserCNN
+    return from_module(UserCNN(w["num_classes"]), w["feature_shape"], w["num_classes"],
+                       name="UserCNN")
   if w["arch"] == "mlp":
     return create_model("mlp", w["feature_shape"], w["num_classes"], hidden=w["hidden"])
   return create_model("cnn", w["feature_shape"], w["num_classes"])
@@ -70,22 +78,99 @@ def build(w, mesh=None, chunk_size=None):
   return alg, PopulationData(jnp.asarray(fd.x), jnp.asarray(fd.y), jnp.asarray(fd.counts))
 
 
-def federated(w, timed_rounds=None, warmup_rounds=None, chunk_size=None, seed=0,
-              matmul_size=2048):
-  """Times the rounds of workload ``w``; returns the `common.dpsgd_record`."""
+def round_runner(w, chunk_size=None, seed=0):
+  """(algorithm, ``run_round(r) -> loss``): one jitted call per round (block size 1, as
+  `benchmarks.throughput.time_rounds`), returning once the new global parameters exist."""
   import jax
-  from benchmarks.roofline import matmul_gflops
-  from benchmarks.throughput import time_rounds
+  from fedjax_dp.federated import make_block_fn
+  from fedjax_dp.federated.driver import constant_schedule
   from fedjax_dp.federated.sharding import client_mesh, replicate
+
+  mesh = client_mesh() if jax.device_count() > 1 else None
+  alg, data = build(w, mesh, chunk_size)
+  data = replicate(data, mesh)
+  block = make_block_fn(alg.round_fn)
+  sched = constant_schedule(alg.hparams, 1)
+  key = jax.random.key(seed)
+  state = [alg.init(jax.random.key(seed))]
+
+  def run_round(r):
+    state[0], metrics = block(state[0], data, sched, key)
+    jax.block_until_ready(state[0].params)
+    return float(metrics.train_loss[0])
+  return alg, run_round
+
+
+def federated(w, timed_rounds=None, warmup_rounds=None, chunk_size=None, seed=0,
+              matmul_size=2048, serve=False):
+  """Times the rounds of workload ``w``; returns the `common.dpsgd_record`. With
+  ``serve``, serves the timed rounds on stdin/stdout instead (`common.serve`: warm-up
+  rounds first, then one round per ``round`` command) and prints the record at ``done``."""
+  from benchmarks.roofline import matmul_gflops
 
   timed = w["timed_rounds"] if timed_rounds is None else timed_rounds
   warm = w["warmup_rounds"] if warmup_rounds is None else warmup_rounds
   mm_before = matmul_gflops(matmul_size)
-  mesh = client_mesh() if jax.device_count() > 1 else None
-  alg, data = build(w, mesh, chunk_size)
-  data = replicate(data, mesh)
-  times, losses = time_rounds(alg, data, warm, timed, seed)
-  mm_after = matmul_gflops(matmul_size)
+  alg, run_round = round_runner(w, chunk_size, seed)
+
+  def finish(times, losses):
+    return _federated_record(w, alg, times, losses, chunk_size, matmul_size,
+                             [mm_before, matmul_gflops(matmul_size)])
+  if serve:
+    common.serve(run_round, warm, finish, {"framework": "fedjax_dp",
+                                           "method": "dp_fedavg_record_level"},
+                 extras={"profile": lambda: profile_round(run_round)})
+    return None
+  times, losses = [], []
+  for r in range(warm + timed):
+    t0 = time.perf_counter()
+    losses.append(run_round(r))
+    if r >= warm:
+      times.append(time.perf_counter() - t0)
+  return finish(times, losses)
+
+
+# Profiler events that are bookkeeping, not XLA work, or containers whose time is
+# their inner operations' (loops, conditionals).
+_NOT_OPS = ("ThreadpoolListener", "end: ", "ThunkExecutor", "while.", "while ",
+            "conditional.", "call.")
+
+
+def profile_round(run_round, top=12):
+  """One more round under ``jax.profiler.trace`` (the profile behind a missed target):
+  its seconds, the trace directory (TensorBoard / Perfetto) and the ``top`` XLA
+  operations by total time over the CPU client's threads (``ms``, share of the summed
+  op time, calls). Threads run in parallel, so shares are of thread time, not wall."""
+  import collections
+  import glob
+  import tempfile
+
+  import jax
+  from jax.profiler import ProfileData
+  trace_dir = tempfile.mkdtemp(prefix="fedjax_dp_profile_")
+  t0 = time.perf_counter()
+  with jax.profiler.trace(trace_dir):
+    run_round(-1)
+  seconds = time.perf_counter() - t0
+  (path,) = glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)[-1:]
+  plane = ProfileData.from_file(path).find_plane_with_name("/host:CPU")
+  total, calls = collections.Counter(), collections.Counter()
+  for line in plane.lines if plane else []:
+    if line.name == "python":
+      continue
+    for e in line.events:
+      if not e.name.startswith(_NOT_OPS):
+        total[e.name] += e.duration_ns / 1e6
+        calls[e.name] += 1
+  op_ms = sum(total.values()) or 1.0
+  return {"seconds": seconds, "trace_dir": trace_dir, "op_ms_total": op_ms,
+          "top_ops": [{"op": k, "ms": v, "share": v / op_ms, "calls": calls[k]}
+                      for k, v in total.most_common(top)]}
+
+
+def _federated_record(w, alg, times, losses, chunk_size, matmul_size, mm):
+  import jax
+  mm_before, mm_after = mm
   rec = common.dpsgd_record(
       "fedjax_dp", versions(), w, times, losses, method="dp_fedavg_record_level",
       padded_batch=str(alg.config["max_batch_size"]) + (
@@ -131,7 +216,7 @@ def micro(models=("mlp", "cnn"), batch_sizes=workloads.DPSGD_MICRO_BATCH_SIZES,
   mm_before = matmul_gflops(matmul_size)
   results = []
   for arch in models:
-    base_w = workloads.DPSGD_MLP if arch == "mlp" else workloads.DPSGD_CNN
+    base_w = workloads.DPSGD_BY_ARCH[arch]
     model = make_model(base_w)
     params = model.init(jax.random.key(seed))
     c = base_w["clip_norm"]
@@ -183,6 +268,8 @@ def main(argv=None):
   p.add_argument("--timed-rounds", type=int, default=None)
   p.add_argument("--warmup-rounds", type=int, default=None)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--serve", action="store_true",
+                 help="with --workload: serve rounds on stdin (benchmarks.interleave)")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   if a.micro == (a.workload is not None):
@@ -197,7 +284,9 @@ def main(argv=None):
     if a.cohort_size:
       w = dict(w, cohort_size=a.cohort_size, num_clients=a.cohort_size)
     rec = federated(w, a.timed_rounds, a.warmup_rounds, a.chunk_size, a.seed,
-                    a.matmul_size)
+                    a.matmul_size, serve=a.serve)
+    if rec is None:  # served
+      return
   common.emit(rec, a.out)
 
 

@@ -25,6 +25,9 @@ architectures (``MLP``, ``CNN``: flax's standard ``nn.Dense`` / ``nn.Conv``):
 Both print the `common.dpsgd_record`; the round is timed with ``time.perf_counter``
 (host sampling included) until ``jax.block_until_ready`` on the new global parameters.
 
+``--serve`` (with ``--workload``): build and warm up once, then one timed round per
+``round`` line on stdin (`benchmarks.common.serve`, driven by `benchmarks.interleave`).
+
 ``--micro``: the jitted ``clipped_grad`` on one batch of B real examples (no noise, no
 update), checked against an independent per-example ``vmap(grad)``, clip and sum
 (`common.check_sum`); best and median of ``--repeat`` calls after 3 warm-up calls.
@@ -74,7 +77,10 @@ class CNN(nn.Module):
 
 
 def make_model(w):
-  module = (MLP if w["arch"] == "mlp" else CNN)(w["num_classes"])
+  """(initial params, mean loss) of the workload's flax module: ``MLP``, ``CNN`` or
+  (``user_cnn``) `benchmarks.flax_nets.UserCNN`, the module fedjax_dp's side gets."""
+  from benchmarks.flax_nets import UserCNN
+  module = {"mlp": MLP, "cnn": CNN, "user_cnn": UserCNN}[w["arch"]](w["num_classes"])
   params = module.init(jax.random.key(0),
                        jnp.zeros((1,) + tuple(w["feature_shape"]), jnp.float32))["params"]
 
@@ -111,7 +117,9 @@ def client_optimizer(w, key):
       optax.scale(1.0 / w["expected_batch_size"]), optax.sgd(w["client_learning_rate"]))
 
 
-def federated_loop(w, data, warmup, timed, minibatch, seed):
+def loop_runner(w, data, minibatch, seed):
+  """``run_round(r) -> mean loss`` of variant ``loop`` (returns once the new global
+  parameters exist)."""
   params, loss = make_model(w)
   clipped = clipped_sum_fn(loss, w["clip_norm"])
 
@@ -133,9 +141,10 @@ def federated_loop(w, data, warmup, timed, minibatch, seed):
   strategy = batch_selection.CyclicPoissonSampling(
       sampling_prob=w["record_sampling_rate"], iterations=w["local_steps"])
   n = w["examples_per_client"]
-  seconds, losses = [], []
-  for r in range(warmup + timed):
-    t0 = time.perf_counter()
+  state = {"params": params}
+
+  def run_round(r):
+    params = state["params"]
     delta_sum = jax.tree.map(jnp.zeros_like, params)
     loss_terms, loss_n = [], 0
     for k in range(w["cohort_size"]):
@@ -154,16 +163,14 @@ def federated_loop(w, data, warmup, timed, minibatch, seed):
           loss_n += int((~pad).sum())
         p, opt_state = apply(p, opt_state, g, key)
       delta_sum = jax.tree.map(lambda s, a, b: s + (a - b), delta_sum, p, params)
-    params = server(params, delta_sum)
+    state["params"] = params = server(params, delta_sum)
     jax.block_until_ready(params)
-    dt = time.perf_counter() - t0
-    losses.append(float(sum(float(l) for l in loss_terms)) / max(loss_n, 1))
-    if r >= warmup:
-      seconds.append(dt)
-  return seconds, losses
+    return float(sum(float(l) for l in loss_terms)) / max(loss_n, 1)
+  return run_round
 
 
-def federated_vmap(w, data, warmup, timed, padded, seed):
+def vmap_runner(w, data, padded, seed):
+  """``run_round(r) -> mean loss`` of variant ``vmap`` (host sampling included)."""
   params, loss = make_model(w)
   grad_sum = clipped_sum_fn(loss, w["clip_norm"])
   k_clients, n, steps = w["cohort_size"], w["examples_per_client"], w["local_steps"]
@@ -195,32 +202,48 @@ def federated_vmap(w, data, warmup, timed, padded, seed):
                        global_p, deltas)
     return new, jnp.sum(loss_sums) / jnp.maximum(jnp.sum(~pad), 1)
 
-  seconds, losses = [], []
-  for r in range(warmup + timed):
-    t0 = time.perf_counter()
+  state = {"params": params}
+
+  def run_round(r):
     idx = np.full((k_clients, steps, padded), -1, np.int64)
     for k in range(k_clients):
       for s, b in enumerate(strategy.batch_iterator(n, rng=[seed, r, k])):
         idx[k, s, :len(b)] = b
     pad = idx < 0
-    params, l = round_fn(params, np.where(pad, 0, idx), pad,
-                         jax.random.fold_in(jax.random.key(seed), r))
-    jax.block_until_ready(params)
-    dt = time.perf_counter() - t0
-    losses.append(float(l))
-    if r >= warmup:
-      seconds.append(dt)
-  return seconds, losses
+    state["params"], l = round_fn(state["params"], np.where(pad, 0, idx), pad,
+                                  jax.random.fold_in(jax.random.key(seed), r))
+    jax.block_until_ready(state["params"])
+    return float(l)
+  return run_round
 
 
-def federated(w, variant, warmup, timed, minibatch, padded, seed):
+def federated(w, variant, warmup, timed, minibatch, padded, seed, serve=False):
+  """Times ``warmup + timed`` rounds of ``variant``; returns the JSON record. With
+  ``serve``: serves the timed rounds on stdin/stdout instead (`common.serve`)."""
   data = [workloads.synthetic_client_data(w, k, seed) for k in range(w["num_clients"])]
   if variant == "loop":
-    seconds, losses = federated_loop(w, data, warmup, timed, minibatch, seed)
+    run_round = loop_runner(w, data, minibatch, seed)
     pb = f"minibatches of {minibatch} (split_and_pad_global_batch)"
   else:
-    seconds, losses = federated_vmap(w, data, warmup, timed, padded, seed)
+    run_round = vmap_runner(w, data, padded, seed)
     pb = f"{padded} (truncated Poisson)"
+
+  def finish(seconds, losses):
+    return record(w, variant, pb, seconds, losses)
+  if serve:
+    common.serve(run_round, warmup, finish, {"framework": "jax-privacy",
+                                             "method": variant})
+    return None
+  seconds, losses = [], []
+  for r in range(warmup + timed):
+    t0 = time.perf_counter()
+    losses.append(run_round(r))
+    if r >= warmup:
+      seconds.append(time.perf_counter() - t0)
+  return finish(seconds, losses)
+
+
+def record(w, variant, pb, seconds, losses):
   return common.dpsgd_record(
       "jax-privacy", versions(), w, seconds, losses, method=variant, padded_batch=pb,
       backend=jax.default_backend(), devices=jax.device_count(),
@@ -241,7 +264,7 @@ def reference_clipped_sum(loss, params, x, y, clip_norm):
 def micro(models, batch_sizes, repeat, seed):
   results = []
   for arch in models:
-    base_w = workloads.DPSGD_MLP if arch == "mlp" else workloads.DPSGD_CNN
+    base_w = workloads.DPSGD_BY_ARCH[arch]
     params, loss = make_model(base_w)
     fn = jax.jit(clipped_sum_fn(loss, base_w["clip_norm"]))
     for b in batch_sizes:
@@ -278,6 +301,8 @@ def main():
   p.add_argument("--cohort-size", type=int, default=None)
   p.add_argument("--timed-rounds", type=int, default=None)
   p.add_argument("--warmup-rounds", type=int, default=None)
+  p.add_argument("--serve", action="store_true",
+                 help="with --workload: serve rounds on stdin (benchmarks.interleave)")
   p.add_argument("--out", default=None)
   p.add_argument("--seed", type=int, default=0)
   a = p.parse_args()
@@ -294,7 +319,9 @@ def main():
     timed = w["timed_rounds"] if a.timed_rounds is None else a.timed_rounds
     padded = a.padded_batch or workloads.poisson_max_batch(w["examples_per_client"],
                                                            w["record_sampling_rate"])
-    rec = federated(w, a.variant, warm, timed, a.minibatch, padded, a.seed)
+    rec = federated(w, a.variant, warm, timed, a.minibatch, padded, a.seed, a.serve)
+    if rec is None:  # served
+      return
   common.emit(rec, a.out)
 
 

@@ -6,14 +6,24 @@
   python -m benchmarks.run --quick          # tiny sizes: checks the plumbing (a test runs it)
 
 Peers run in their own virtual environments under ``benchmarks/.venvs/`` (created on
-first use, from PyPI): FedJAX 0.0.17 (``fedjax``) and pfl-research 0.6.0 with PyTorch
-2.13.0 on the CPU (``pfl``; pfl pins dp-accounting < 0.6, so it cannot share our
-environment); for the record-level DP-SGD section (``dpsgd``), Opacus 1.6.0 on the same
-CPU torch (``opacus``) and jax-privacy 2.0.0 on our jax/flax/optax versions
-(``jax_privacy``). Section ``rdp_pfl`` (`benchmarks.rdp_pfl`) times RDP-PFL's
-per-example second-order DP outer step against first-order per-example clipping
-(fedjax_dp only). Every measurement runs alone, one after the other, so the frameworks
-are compared side by side in one run on the same machine.
+first use by ``pip install``): FedJAX 0.0.17 (``fedjax``) and pfl-research 0.6.0 with
+PyTorch 2.13.0 (``pfl``; pfl pins dp-accounting < 0.6, so it cannot share our
+environment); for the record-level DP-SGD section (``dpsgd``), Opacus 1.6.0 on torch
+2.13.0 (``opacus``) and jax-privacy 2.0.0 on our jax/flax/optax versions
+(``jax_privacy``). Which torch build pip picks matters on a CPU: PyPI's Linux wheel of
+torch 2.13.0 is the CUDA build; this machine's pip also sees a local CPU wheel
+(``/opt/wheels/torch-2.13.0+cpu``, preferred as the higher local version), so the
+environments here hold ``2.13.0+cpu``; every Opacus record says which
+(``torch_build``: version, ``torch.version.cuda``, mkldnn, threads). Section ``rdp_pfl``
+(`benchmarks.rdp_pfl`) times RDP-PFL's per-example second-order DP outer step against
+first-order per-example clipping (fedjax_dp only). Measurements run alone, one after
+the other, so the frameworks are compared side by side in one run on the same machine;
+section ``dpsgd`` interleaves them round by round (`benchmarks.interleave`: every
+framework and mode a serve-mode process, one round each in rotating order), so that a
+slow stretch of a shared machine hits all of them.
+
+  python -m benchmarks.run --only dpsgd --dpsgd-workloads dpsgd_user_cnn \
+      --dpsgd-rounds 2 --dpsgd-clients 2 --dpsgd-no-micro    # tiny, with peers
 
 Writes ``benchmarks/results/<UTC time>.json`` (every figure, machine, versions) and
 appends a Markdown section to ``benchmarks/RESULTS.md``.
@@ -29,7 +39,9 @@ import subprocess
 import sys
 from typing import Dict, List, Optional
 
-from benchmarks import common, workloads
+from benchmarks import common, interleave, workloads
+from benchmarks.dpsgd_report import (  # noqa: F401  (re-exported)
+    DPSGD_MATMUL_TARGET, DPSGD_TARGETS, dpsgd_markdown, dpsgd_ratios)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,27 +56,23 @@ PEERS = {
     # Record-level DP-SGD peers (section "dpsgd"). Opacus on the same CPU torch as pfl.
     "opacus": {"script": "peer_opacus.py",
                "install": [["torch==2.13.0"], ["opacus==1.6.0", "torch==2.13.0"]],
-               "section": "dpsgd"},
+               "section": "dpsgd", "framework": "opacus"},
     # jax-privacy 2.0.0 (the latest on PyPI) asks for jax >= 0.7.1; pinned to the jax,
     # flax and optax of our own environment so that only the library differs.
     "jax_privacy": {"script": "peer_jax_privacy.py",
                     "install": [["jax-privacy==2.0.0", "jax==0.10.2", "jaxlib==0.10.2",
                                  "flax==0.12.8", "optax==0.2.8"]],
-                    "section": "dpsgd"},
+                    "section": "dpsgd", "framework": "jax-privacy"},
 }
+# One-shot peer runs (the GPU kit, `benchmarks/gpu/run_kit.py`, uses these): 1 warm-up
+# and 3 timed rounds each. Section "dpsgd" here interleaves (`dpsgd_entries`).
+DPSGD_PEER_ROUNDS = ["--warmup-rounds", "1", "--timed-rounds", "3"]
 # The parts of a run (``--only``); all run by default.
 PARTS = ("peers", "roofline", "scale", "dpsgd", "rdp_pfl")
 TARGETS = {"pfl-research": 10.0, "fedjax": 5.0}
-# Section "dpsgd": fedjax_dp's per-example gradients/s over the best correct variant of
-# each peer (federated workloads and microbenchmark), and per-example local training
-# against the same-run dense-matmul rate.
-DPSGD_TARGETS = {"opacus": 5.0, "jax-privacy": 1.0}
-DPSGD_MATMUL_TARGET = 0.40
 # The variants each DP-SGD peer runs (`--mode` / `--variant` of its script).
 DPSGD_PEER_VARIANTS = {"opacus": ("--mode", ("hooks", "ghost")),
                        "jax_privacy": ("--variant", ("vmap", "loop"))}
-# Peer rounds take seconds to minutes on 2 cores: 1 warm-up and 3 timed rounds each.
-DPSGD_PEER_ROUNDS = ["--warmup-rounds", "1", "--timed-rounds", "3"]
 
 
 def _run(cmd: List[str], env: Optional[dict] = None, timeout: int = 3600) -> dict:
@@ -124,37 +132,67 @@ def peer_env(name: str) -> dict:
   return env
 
 
-def dpsgd(quick: bool, peers: bool, venv_dir: str) -> Dict[str, dict]:
-  """Section "dpsgd": record-level DP-SGD, federated workloads and the one-batch
-  microbenchmark, on fedjax_dp and (optionally) Opacus and jax-privacy."""
-  fed, micro = [], []
-  names = ["dpsgd_mlp"] if quick else list(workloads.DPSGD_WORKLOADS)
-  ours_extra = (["--cohort-size", "10", "--warmup-rounds", "1", "--timed-rounds", "2",
-                 "--matmul-size", "1024"] if quick else [])
-  micro_extra = (["--models", "mlp", "--batch-sizes", "20", "--repeat", "3",
-                  "--matmul-size", "1024"]
-                 if quick else [])
-  for wname in names:
-    print(f"[benchmarks] {wname}: fedjax_dp", flush=True)
-    fed.append(_run([sys.executable, "-m", "benchmarks.dpsgd", "--workload", wname,
-                     *ours_extra]))
-    if not peers:
-      continue
+def dpsgd_entries(wname: str, quick: bool, peers: bool, venv_dir: str,
+                  clients: Optional[int] = None) -> list:
+  """The serve-mode processes of workload ``wname``: fedjax_dp (``--warmup-rounds`` of
+  the workload) and, with ``peers``, every variant of each DP-SGD peer (1 warm-up
+  round each), each peer in its own environment. ``clients``: override the
+  workload's clients in every process (quick checks)."""
+  cl = ["--cohort-size", str(clients)] if clients else []
+  ours_extra = ["--warmup-rounds", "1", "--matmul-size", "1024"] if quick else []
+  entries = [interleave.Entry("fedjax_dp", [sys.executable, "-m", "benchmarks.dpsgd",
+                                            "--workload", wname, "--serve", *cl,
+                                            *ours_extra])]
+  if peers:
     for peer, (flag, variants) in DPSGD_PEER_VARIANTS.items():
       python = ensure_peer_venv(peer, venv_dir)
       for v in variants:
-        print(f"[benchmarks] {wname}: {peer} {v}", flush=True)
-        fed.append(_run([python, os.path.join(HERE, PEERS[peer]["script"]), "--workload",
-                         wname, flag, v, *DPSGD_PEER_ROUNDS], env=peer_env(peer)))
-  print("[benchmarks] dpsgd micro: fedjax_dp", flush=True)
-  micro.append(_run([sys.executable, "-m", "benchmarks.dpsgd", "--micro", *micro_extra]))
-  if peers:
+        entries.append(interleave.Entry(
+            f"{PEERS[peer]['framework']} {v}",
+            [python, os.path.join(HERE, PEERS[peer]["script"]), "--workload", wname,
+             flag, v, "--warmup-rounds", "1", "--serve", *cl], env=peer_env(peer)))
+  return entries
+
+
+def dpsgd(quick: bool, peers: bool, venv_dir: str, names: Optional[List[str]] = None,
+          rounds: Optional[int] = None, clients: Optional[int] = None,
+          micro: bool = True) -> Dict[str, dict]:
+  """Section "dpsgd": record-level DP-SGD, federated workloads interleaved round by
+  round (`benchmarks.interleave`: fedjax_dp and every peer variant as serve-mode
+  processes, one round each in rotating order), then the one-batch microbenchmark,
+  on fedjax_dp and (optionally) Opacus and jax-privacy. ``names``: the workloads
+  (default all; quick: dpsgd_mlp); ``rounds``: timed rounds (default the workload's;
+  quick 2). Each process's record lands in ``federated``, the interleaved summaries
+  (per-round ratios, profile of fedjax_dp's round) in ``interleaved``. ``clients``:
+  clients of every workload (default the workload's; quick 10); ``micro``: run the
+  microbenchmark."""
+  fed, micros, inter = [], [], []
+  clients = clients or (10 if quick else None)
+  names = names or (["dpsgd_mlp"] if quick else list(workloads.DPSGD_WORKLOADS))
+  micro_extra = (["--models", "mlp", "--batch-sizes", "20", "--repeat", "3",
+                  "--matmul-size", "1024"]
+                 if quick else ["--models", "mlp,cnn,user_cnn"])
+  for wname in names:
+    w = workloads.DPSGD_WORKLOADS[wname]
+    if clients:
+      w = dict(w, cohort_size=clients, num_clients=clients)
+    n = rounds or (2 if quick else w["timed_rounds"])
+    print(f"[benchmarks] {wname}: interleaved, {n} rounds", flush=True)
+    summary = interleave.run(dpsgd_entries(wname, quick, peers, venv_dir, clients), w, n,
+                             profile=not quick)
+    fed += summary.pop("records")
+    inter.append(summary)
+  if micro:
+    print("[benchmarks] dpsgd micro: fedjax_dp", flush=True)
+    micros.append(_run([sys.executable, "-m", "benchmarks.dpsgd", "--micro",
+                        *micro_extra]))
+  if micro and peers:
     for peer in DPSGD_PEER_VARIANTS:
       print(f"[benchmarks] dpsgd micro: {peer}", flush=True)
-      micro.append(_run([ensure_peer_venv(peer, venv_dir),
-                         os.path.join(HERE, PEERS[peer]["script"]), "--micro"],
-                        env=peer_env(peer)))
-  return {"dpsgd": {"federated": fed, "micro": micro}}
+      micros.append(_run([ensure_peer_venv(peer, venv_dir),
+                          os.path.join(HERE, PEERS[peer]["script"]), "--micro",
+                          "--models", "mlp,cnn,user_cnn"], env=peer_env(peer)))
+  return {"dpsgd": {"federated": fed, "micro": micros, "interleaved": inter}}
 
 
 def rdp_pfl(quick: bool) -> Dict[str, dict]:
@@ -222,147 +260,6 @@ def rdp_pfl_markdown(rec: dict) -> List[str]:
   for key, per in ratios_.items():
     for name, x in per.items():
       lines.append(f"- {key}: time {name} = {x:.2f}")
-  lines.append("")
-  return lines
-
-
-def _best_rate(rows, ok_key):
-  good = [r for r in rows if r.get(ok_key)]
-  return max(good, key=lambda r: r["per_example_grads_per_s"]) if good else None
-
-
-def dpsgd_ratios(section: dict) -> Dict[str, Dict[str, Dict[str, float]]]:
-  """fedjax_dp's per-example gradients/s over each peer's best VALID variant.
-
-  ``federated``: ``{workload: {peer: ratio}}``, over records whose loss check passed
-  (`common.losses_ok`); ``micro``: ``{"<model> B=<B>": {peer: ratio}}``, fedjax_dp's
-  ``auto`` method over each peer's fastest method whose clipped sum matched the
-  reference (``correct``). A peer with no valid variant gets no ratio.
-  """
-  out = {"federated": {}, "micro": {}}
-  fed = section.get("federated", [])
-  for wname in dict.fromkeys(r["workload"] for r in fed):
-    rows = [r for r in fed if r["workload"] == wname]
-    ours = _best_rate([r for r in rows if r["framework"] == "fedjax_dp"], "loss_ok")
-    if not ours:
-      continue
-    for peer in dict.fromkeys(r["framework"] for r in rows if r["framework"] != "fedjax_dp"):
-      best = _best_rate([r for r in rows if r["framework"] == peer], "loss_ok")
-      if best:
-        out["federated"].setdefault(wname, {})[peer] = (
-            ours["per_example_grads_per_s"] / best["per_example_grads_per_s"])
-  lines = [dict(res, framework=rec["framework"]) for rec in section.get("micro", [])
-           for res in rec["results"]]
-  for key in dict.fromkeys((r["model"], r["batch_size"]) for r in lines):
-    rows = [r for r in lines if (r["model"], r["batch_size"]) == key]
-    ours = _best_rate([r for r in rows if r["framework"] == "fedjax_dp"
-                       and r["method"].startswith("auto")], "correct")
-    if not ours:
-      continue
-    for peer in dict.fromkeys(r["framework"] for r in rows if r["framework"] != "fedjax_dp"):
-      best = _best_rate([r for r in rows if r["framework"] == peer], "correct")
-      if best:
-        out["micro"].setdefault(f"{key[0]} B={key[1]}", {})[peer] = (
-            ours["per_example_grads_per_s"] / best["per_example_grads_per_s"])
-  return out
-
-
-def _target_line(label: str, value: float, goal: float, unit: str = "x") -> str:
-  ok = value >= goal
-  if unit == "%":
-    return (f"- {label}: >= {100 * goal:.0f}% of the dense matmul: "
-            f"{'MET' if ok else 'MISSED'} ({100 * value:.0f}%, ratio "
-            f"{value / goal:.2f} of the target).")
-  return (f"- {label}: >= {goal:g}x: {'MET' if ok else 'MISSED'} ({value:.2f}x, ratio "
-          f"{value / goal:.2f} of the target).")
-
-
-def dpsgd_markdown(section: dict, ratios_: dict) -> List[str]:
-  """The Markdown lines of section "dpsgd"."""
-  fed, micro = section.get("federated", []), section.get("micro", [])
-  # Same-process references: a fedjax_dp row uses its own process's matmul rate; peer
-  # rows (other processes) the best fedjax_dp process's rate of the same part.
-  mm = max([r["matmul_gflops"] for r in fed if r.get("matmul_gflops")] or [0.0]) or None
-  mm_micro = max([r["matmul_gflops"] for r in micro if r.get("matmul_gflops")] or
-                 [0.0]) or mm
-  lines = ["### Record-level DP-SGD (per-example clipping, same run)", "",
-           "Federated record-level DP-SGD (`benchmarks.workloads.DPSGD_WORKLOADS`): every "
-           "client runs 5 local DP-SGD steps (Poisson rate 0.2 of its 100 examples, "
-           "expected batch 20, per-example clip 1, noise multiplier 1, SGD lr 0.1), the "
-           "server averages the deltas. Per-example gradients/s = clients x 5 x 20 "
-           "expected examples / median round time; GFLOP/s counts 3 x forward FLOPs of "
-           "those examples (MLP 1,192,800 and CNN 71,994,624 per example; padded slots, "
-           "norms and clipping not counted). Peers: 1 warm-up + 3 timed rounds each. "
-           "'loss' is the mean training loss of the first and last round; a run whose "
-           "loss is not finite or does not decrease is marked and never counts.", "",
-           "| workload | framework | method | versions | clients x steps x E[batch] | "
-           "padded batch | median s/round | per-example grads/s | GFLOP/s | % of matmul | "
-           "loss first -> last | fedjax_dp speed-up |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-  for r in fed:
-    ver = ", ".join(f"{k} {v}" for k, v in sorted(r["versions"].items()))
-    w = workloads.DPSGD_WORKLOADS[r["workload"]]
-    best_peer = _best_rate([q for q in fed if q["workload"] == r["workload"]
-                            and q["framework"] == r["framework"]], "loss_ok")
-    sp = ratios_["federated"].get(r["workload"], {}).get(r["framework"])
-    sp_txt = f"{sp:.1f}x" if sp is not None and best_peer is r else ""
-    loss = (f"{r['first_round_loss']:.3f} -> {r['last_round_loss']:.3f}"
-            + ("" if r["loss_ok"] else " (FAILED: not counted)"))
-    ref = r.get("matmul_gflops") or mm
-    pct = f"{100 * r['gflops'] / ref:.0f}%" if ref else ""
-    lines.append(
-        f"| {r['workload']} | {r['framework']} | {r.get('method', '')} | {ver} | "
-        f"{r['cohort_size']} x "
-        f"{w['local_steps']} x {w['expected_batch_size']} | {r.get('padded_batch', '')} | "
-        f"{r['median_round_s']:.3f} | {r['per_example_grads_per_s']:,.0f} | "
-        f"{r['gflops']:.1f} | {pct} | {loss} | {sp_txt} |")
-  lines += ["", "Microbenchmark: the sum of per-example clipped gradients of one batch of "
-            "B real examples (no noise, no update), best and median of the repeated calls "
-            "(10 in a full run; rates use the best); each "
-            "method's sum is checked against an independent per-example gradient, clip "
-            "and sum (relative L2 error; above 1e-4 the method is marked WRONG and never "
-            "counts). The speed-up is fedjax_dp's `auto` over the fastest correct method "
-            "of that peer.", "",
-            "| model | B | framework | method | best ms | median ms | per-example grads/s | "
-            "GFLOP/s | % of matmul | rel. error | fedjax_dp speed-up |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
-  rows = [dict(res, framework=rec["framework"]) for rec in micro for res in rec["results"]]
-  rows.sort(key=lambda r: (r["model"], r["batch_size"]))
-  for r in rows:
-    key = f"{r['model']} B={r['batch_size']}"
-    same = [q for q in rows if (q["model"], q["batch_size"], q["framework"]) ==
-            (r["model"], r["batch_size"], r["framework"])]
-    best = _best_rate(same, "correct")
-    sp = ratios_["micro"].get(key, {}).get(r["framework"])
-    sp_txt = f"{sp:.1f}x" if sp is not None and best is r else ""
-    pct = f"{100 * r['gflops'] / mm_micro:.0f}%" if mm_micro else ""
-    lines.append(
-        f"| {r['model']} | {r['batch_size']} | {r['framework']} | {r['method']} | "
-        f"{1e3 * r['best_s']:.2f} | {1e3 * r['median_s']:.2f} | "
-        f"{r['per_example_grads_per_s']:,.0f} | {r['gflops']:.1f} | {pct} | "
-        f"{r['rel_err_vs_reference']:.1e}{'' if r['correct'] else ' WRONG'} | {sp_txt} |")
-  size = max([r.get("matmul_size", 2048) for r in fed + micro] or [2048])
-  lines += ["", (f"Dense {size}x{size} float32 matmul (best of before/after, in the "
-                 "fedjax_dp process of each part): "
-                 + ", ".join(f"{r.get('workload', 'micro')} {r['matmul_gflops']:.1f}"
-                             for r in fed + micro if r.get("matmul_gflops"))
-                 + " GFLOP/s. '% of matmul' divides by the rate of the same part "
-                 "(3 x forward FLOPs can exceed 100%: ghost clipping skips work that "
-                 "count includes, e.g. the first layer's input gradient).")
-            if mm else "No same-run matmul rate.", "", "Targets:", ""]
-  for kind, label in (("federated", "federated"), ("micro", "micro")):
-    for key, per in ratios_[kind].items():
-      for peer, x in per.items():
-        goal = DPSGD_TARGETS.get(peer)
-        if goal:
-          lines.append(_target_line(f"{label} {key}: fedjax_dp vs {peer} "
-                                    "(per-example grads/s)", x, goal))
-  for r in fed:
-    ref = r.get("matmul_gflops") or mm
-    if r["framework"] == "fedjax_dp" and ref:
-      lines.append(_target_line(f"per-example local training {r['workload']} "
-                                f"(fedjax_dp round, {r['gflops']:.1f} GFLOP/s)",
-                                r["gflops"] / ref, DPSGD_MATMUL_TARGET, unit="%"))
   lines.append("")
   return lines
 
@@ -466,6 +363,15 @@ def main(argv=None):
   p.add_argument("--skip-peers", action="store_true",
                  help="throughput of fedjax_dp only (no peer environments)")
   p.add_argument("--venv-dir", default=os.path.join(HERE, ".venvs"))
+  p.add_argument("--dpsgd-workloads", default=None,
+                 help="section dpsgd: comma-separated workloads (default all: "
+                      f"{','.join(workloads.DPSGD_WORKLOADS)})")
+  p.add_argument("--dpsgd-rounds", type=int, default=None,
+                 help="section dpsgd: interleaved timed rounds (default the workload's)")
+  p.add_argument("--dpsgd-clients", type=int, default=None,
+                 help="section dpsgd: clients per workload (default the workload's)")
+  p.add_argument("--dpsgd-no-micro", action="store_true",
+                 help="section dpsgd: skip the one-batch microbenchmark")
   p.add_argument("--results-md", default=os.path.join(HERE, "RESULTS.md"))
   p.add_argument("--json-dir", default=os.path.join(HERE, "results"))
   a = p.parse_args(argv)
@@ -473,13 +379,19 @@ def main(argv=None):
   unknown = parts - set(PARTS)
   if unknown:
     p.error(f"--only: unknown part(s) {sorted(unknown)}; choose from {', '.join(PARTS)}")
+  bad = set((a.dpsgd_workloads or "").split(",")) - set(workloads.DPSGD_WORKLOADS) - {""}
+  if bad:
+    p.error(f"--dpsgd-workloads: unknown {sorted(bad)}; choose from "
+            f"{', '.join(workloads.DPSGD_WORKLOADS)}")
   now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
   result = {"timestamp": now, "quick": a.quick, "machine": common.machine_info()}
   if "peers" in parts:
     result.update(throughput(a.quick, not (a.quick or a.skip_peers), a.venv_dir))
     result["ratios"] = ratios(result["throughput"])
   if "dpsgd" in parts:
-    result.update(dpsgd(a.quick, not (a.quick or a.skip_peers), a.venv_dir))
+    result.update(dpsgd(a.quick, not (a.quick or a.skip_peers), a.venv_dir,
+                        a.dpsgd_workloads.split(",") if a.dpsgd_workloads else None,
+                        a.dpsgd_rounds, a.dpsgd_clients, not a.dpsgd_no_micro))
     result["dpsgd_ratios"] = dpsgd_ratios(result["dpsgd"])
   if "rdp_pfl" in parts:
     result.update(rdp_pfl(a.quick))

@@ -145,7 +145,36 @@ DPSGD_CNN = dict(
     timed_rounds=3,
 )
 
-DPSGD_WORKLOADS = {"dpsgd_mlp": DPSGD_MLP, "dpsgd_cnn": DPSGD_CNN}
+# A small CIFAR-shaped CNN as a user writes it in each framework (issue 32): fedjax_dp
+# and jax-privacy get the flax linen module `benchmarks.flax_nets.UserCNN` (``nn.Conv(16,
+# (3, 3))``, ``nn.avg_pool``, ``nn.Conv(32, (3, 3))``, ``nn.avg_pool``, ``nn.Dense(10)``;
+# fedjax_dp through `fedjax_dp.models.from_module`, not its own layers), Opacus the
+# same torch net (``Conv2d(padding=1)`` for SAME, ``AvgPool2d``, ``Linear``). 20 clients
+# x 4 local steps x expected batch 16: 64 examples per client at q = 0.25, so that one
+# Opacus DPDataLoader epoch (1 / q batches) is exactly the 4 local steps.
+DPSGD_USER_CNN = dict(
+    DPSGD_MLP,
+    name="dpsgd_user_cnn",
+    arch="user_cnn",
+    model="user cnn (flax nn.Conv) conv3x3(16)-avgpool-conv3x3(32)-avgpool-dense(10)",
+    feature_shape=(32, 32, 3),
+    num_classes=10,
+    hidden=None,
+    num_clients=20,
+    cohort_size=20,
+    examples_per_client=64,
+    local_steps=4,
+    record_sampling_rate=0.25,
+    expected_batch_size=16,
+    warmup_rounds=1,
+    timed_rounds=5,
+)
+
+DPSGD_WORKLOADS = {"dpsgd_mlp": DPSGD_MLP, "dpsgd_cnn": DPSGD_CNN,
+                   "dpsgd_user_cnn": DPSGD_USER_CNN}
+
+# The workload of each architecture (the microbenchmark's model, data and clip norm).
+DPSGD_BY_ARCH = {w["arch"]: w for w in DPSGD_WORKLOADS.values()}
 
 # Microbenchmark: the sum of per-example clipped gradients of one batch (no noise, no
 # update), for each model and batch size.
@@ -158,9 +187,13 @@ DPSGD_MICRO_BATCH_SIZES = (20, 256)
 # MLP: 3 x 2 x (784*200 + 200*200 + 200*10) = 3 x 2 x 198,800 = 1,192,800.
 # CNN: 3 x 23,998,208 (forward: conv1 389,376 + conv2 21,233,664 + dense 2,359,296 +
 #   out 15,872) = 71,994,624.
+# User CNN (32x32x3, SAME padding, the padded border counted as full windows): conv1
+#   2*32*32*16*27 = 884,736; conv2 (16x16x16 after the pool) 2*16*16*32*144 =
+#   2,359,296; dense 2*(8*8*32)*10 = 40,960; forward 3,284,992, x 3 = 9,854,976.
 DPSGD_FLOPS_PER_EXAMPLE = {
     "mlp": 3 * 2 * (784 * 200 + 200 * 200 + 200 * 10),
     "cnn": 3 * 23_998_208,
+    "user_cnn": 3 * (2 * 32 * 32 * 16 * 27 + 2 * 16 * 16 * 32 * 144 + 2 * 2048 * 10),
 }
 
 
