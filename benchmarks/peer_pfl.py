@@ -1,4 +1,13 @@
-"""Peer benchmark: user-level DP-FedAvg in Apple's pfl-research (PyTorch backend, CPU).
+"""Peer benchmark: user-level DP-FedAvg in Apple's pfl-research (PyTorch backend).
+
+Workloads: the shared ones of `benchmarks.workloads` (``mlp``, ``cnn``) and
+``cifar10_pfl``, pfl-research's own CIFAR-10 benchmark shape (cohort 50, 50 points per
+user, local batch 10, 1 epoch, its simple CNN, CIFAR-shaped random data:
+`benchmarks.gpu.cifar10`). ``--device cpu|cuda|cuda:N`` (default cpu) is pfl's torch
+device (``PFL_PYTORCH_DEVICE``: the model, and every batch as pfl moves it there);
+with CUDA each round's end is taken after ``torch.cuda.synchronize()``.
+
+  peer_pfl.py --workload mlp [--device cuda] [--timed-rounds R] [--warmup-rounds W]
 
 What is measured
 ----------------
@@ -24,7 +33,8 @@ so each gap covers exactly one central iteration of pfl's loop:
 3. ``FederatedAveraging.process_aggregated_statistics``: divide the noisy sum by the
    total weight (= cohort size) and apply it with the central torch SGD optimizer
    (lr ``server_learning_rate`` = 1: plain FedAvg); eager CPU torch is synchronous, so
-   the new global model is materialised when the callback fires.
+   the new global model is materialised when the callback fires (on CUDA the callback
+   synchronises first).
 
 pfl 0.6.0's ``SimulatedBackend`` has no ``central_privacy_mechanism`` argument: central
 DP is a postprocessor, exactly as above. pfl evaluates users before/after local
@@ -48,6 +58,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from benchmarks import common, workloads  # noqa: E402
+from benchmarks.gpu.cifar10 import CIFAR10_PFL  # noqa: E402
 from pfl.aggregate.simulate import SimulatedBackend  # noqa: E402
 from pfl.algorithm import FederatedAveraging, NNAlgorithmParams  # noqa: E402
 from pfl.callback.base import TrainingProcessCallback  # noqa: E402
@@ -58,6 +69,9 @@ from pfl.hyperparam import NNTrainHyperParams  # noqa: E402
 from pfl.metrics import Metrics, Weighted  # noqa: E402
 from pfl.model.pytorch import PyTorchModel  # noqa: E402
 from pfl.privacy import CentrallyAppliedPrivacyMechanism, GaussianMechanism  # noqa: E402
+
+
+WORKLOADS = dict(workloads.WORKLOADS, cifar10_pfl=CIFAR10_PFL)
 
 
 class Classifier(nn.Module):
@@ -81,7 +95,22 @@ class Classifier(nn.Module):
     return {"loss": Weighted(loss, len(y))}
 
 
+def simple_cnn(num_classes: int) -> nn.Module:
+  """pfl-research's ``simple_cnn`` for 32x32x3 inputs (its benchmarks' model), without
+  its two dropout layers (see `benchmarks.gpu.cifar10`); NCHW input, Glorot-uniform
+  weights as pfl initialises them."""
+  net = nn.Sequential(
+      nn.Conv2d(3, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
+      nn.Flatten(), nn.Linear(14 * 14 * 64, 128), nn.ReLU(), nn.Linear(128, num_classes))
+  for m in net.modules():
+    if isinstance(m, (nn.Conv2d, nn.Linear)):
+      nn.init.xavier_uniform_(m.weight)
+  return net
+
+
 def make_net(w) -> nn.Module:
+  if w["name"] == "cifar10_pfl":
+    return simple_cnn(w["num_classes"])
   if w["name"] == "mlp":
     h1, h2 = w["hidden"]
     return nn.Sequential(nn.Flatten(), nn.Linear(784, h1), nn.ReLU(),
@@ -104,34 +133,53 @@ def client_tensors(w, client_id: int, seed: int):
 class RoundTimer(TrainingProcessCallback):
   """Wall-clock per central iteration, plus the held-out loss outside the timing."""
 
-  def __init__(self, warmup: int, total: int, eval_fn):
+  def __init__(self, warmup: int, total: int, eval_fn, device: str = "cpu"):
     self.warmup, self.total, self.eval_fn = warmup, total, eval_fn
     self.seconds, self.first_loss, self.last_loss = [], None, None
+    self.cuda = str(device).startswith("cuda")
+
+  def _sync(self):
+    if self.cuda:
+      torch.cuda.synchronize()
 
   def on_train_begin(self, *, model):
+    self._sync()
     self.t_prev = time.perf_counter()
     return Metrics()
 
   def after_central_iteration(self, aggregate_metrics, model, *, central_iteration):
+    self._sync()
     now = time.perf_counter()
     self.seconds.append(now - self.t_prev)
     if central_iteration == self.warmup - 1:
       self.first_loss = self.eval_fn(model)
     if central_iteration == self.total - 1:
       self.last_loss = self.eval_fn(model)
+    self._sync()
     self.t_prev = time.perf_counter()  # excludes the evaluation above
     return False, Metrics()
 
 
 def main():
   p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  p.add_argument("--workload", choices=sorted(workloads.WORKLOADS), required=True)
+  p.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+  p.add_argument("--device", default="cpu",
+                 help="pfl's torch device: cpu (default), cuda or cuda:N")
   p.add_argument("--timed-rounds", type=int, default=None)
   p.add_argument("--warmup-rounds", type=int, default=None)
   p.add_argument("--out", default=None)
   p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--num-clients", type=int, default=None,
+                 help="override the workload's population (quick checks)")
+  p.add_argument("--cohort-size", type=int, default=None,
+                 help="override the workload's cohort (quick checks)")
   args = p.parse_args()
-  w = workloads.WORKLOADS[args.workload]
+  w = dict(WORKLOADS[args.workload])
+  for key in ("num_clients", "cohort_size"):
+    if getattr(args, key) is not None:
+      w[key] = getattr(args, key)
+  # pfl reads its device from here at every use (pfl.internal.ops.pytorch_ops).
+  os.environ["PFL_PYTORCH_DEVICE"] = args.device
   warmup = w["warmup_rounds"] if args.warmup_rounds is None else args.warmup_rounds
   timed = w["timed_rounds"] if args.timed_rounds is None else args.timed_rounds
   if warmup < 1 or timed < 1:
@@ -150,8 +198,8 @@ def main():
       user_sampler=get_user_sampler("minimize_reuse", list(range(w["num_clients"]))))
   held = [client_tensors(w, w["num_clients"] + k, args.seed)
           for k in range(-(-1000 // w["examples_per_client"]))]
-  x_eval = torch.cat([x for x, _ in held])[:1000]
-  y_eval = torch.cat([y for _, y in held])[:1000]
+  x_eval = torch.cat([x for x, _ in held])[:1000].to(args.device)
+  y_eval = torch.cat([y for _, y in held])[:1000].to(args.device)
 
   module = Classifier(make_net(w))
   model = PyTorchModel(
@@ -172,7 +220,7 @@ def main():
     with torch.no_grad():
       return float(m.pytorch_model.loss(x_eval, y_eval, eval=True))
 
-  timer = RoundTimer(warmup, total, eval_loss)
+  timer = RoundTimer(warmup, total, eval_loss, args.device)
   FederatedAveraging().run(algorithm_params=algo_params, backend=backend, model=model,
                            model_train_params=train_params, model_eval_params=None,
                            callbacks=[timer], send_metrics_to_platform=False)
@@ -185,9 +233,13 @@ def main():
                 "dp-accounting": ver("dp-accounting"), "numpy": ver("numpy")},
       workload=w, round_seconds=timer.seconds[warmup:],
       warmup_rounds=warmup, local_steps=workloads.local_steps(w),
-      torch_threads=torch.get_num_threads(),
+      torch_threads=torch.get_num_threads(), device=args.device,
+      device_name=(torch.cuda.get_device_name(torch.device(args.device))
+                   if args.device.startswith("cuda") else "cpu"),
+      torch_cuda=torch.version.cuda,
       first_round_loss=timer.first_loss, last_round_loss=timer.last_loss,
-      notes=("pfl FederatedAveraging.run on SimulatedBackend (CPU, eager torch); "
+      notes=(f"pfl FederatedAveraging.run on SimulatedBackend ({args.device}, eager "
+             "torch); "
              "user sampler minimize_reuse; central DP = postprocessor "
              "CentrallyAppliedPrivacyMechanism(GaussianMechanism): per-user l2 clip "
              "of the whole model update in postprocess_one_user, one Gaussian noise "

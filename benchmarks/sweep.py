@@ -75,7 +75,10 @@ def _timed(cmd: List[str], env: Dict[str, str]) -> float:
 
 
 def _env(cache: str) -> Dict[str, str]:
-  env = dict(os.environ, FEDJAX_DP_CACHE_DIR=cache, JAX_PLATFORMS="cpu")
+  """The runs' environment: a fresh cache folder; JAX on the CPU unless the caller's
+  ``JAX_PLATFORMS`` names a backend (the GPU kit passes ``cuda``)."""
+  env = dict(os.environ, FEDJAX_DP_CACHE_DIR=cache,
+             JAX_PLATFORMS=os.environ.get("JAX_PLATFORMS") or "cpu")
   env.pop("FEDJAX_DP_COMPILATION_CACHE", None)  # the default: on
   return env
 
