@@ -34,6 +34,19 @@ DATA_COPIES_PER_CLIENT = 2
 # 1: 64, 5: 85, 100: 42). Hence chunks of about CPU_PARAMS_PER_CHUNK parameters.
 CPU_MAX_CHUNK = 64
 CPU_PARAMS_PER_CHUNK = 1 << 19
+# A chunk only has to amortise the chunk loop's per-iteration work; once one client's
+# update is large, more clients per chunk cost time on a CPU (a vmapped chunk runs its
+# micro-batch loops as long as its slowest client, and XLA:CPU runs the vmapped small
+# matmuls of convolutions worse than one client's). Measured on the 2-core machine
+# (issue 32), the 25.6k-parameter CIFAR-shaped CNN of `benchmarks.workloads`
+# DPSGD_USER_CNN, whose parameter count alone allows 20 clients per chunk: 1 client per
+# chunk takes 0.46x the round time of 10 (record-level DP-SGD; 2: 0.58x, 5: 0.79x) and
+# 0.53x (user-level training; 2: 0.76x). Hence at most CPU_FLOPS_PER_CHUNK of one
+# client's update per chunk, from its lowered program's XLA cost analysis (a loop body
+# counts once: about one local step). The CNN's DP-SGD update (77 MFLOP) gets 1; the MLP's
+# (32 MFLOP) keeps the parameter rule's 2; the default HAR job's 1-D CNN (21 MFLOP) gets 4
+# instead of 16 (steady 0.44-0.50 vs 0.52-0.54 s/round, two paired runs).
+CPU_FLOPS_PER_CHUNK = 1e8
 # XLA's runtime keeps a little host memory per executed iteration of the chunk loop
 # until the loop ends (measured on XLA:CPU, jax 0.10: about 40 KB per iteration; peak
 # RSS +175 MB for 5,000 vs 625 iterations, while XLA's own buffer assignment stayed at
@@ -91,7 +104,7 @@ def per_client_bytes(num_params: int, client_data_bytes: int) -> int:
 
 def auto_chunk_size(num_clients: int, num_params: int, client_data_bytes: int, *,
                     memory_fraction: float = 0.25,
-                    device: Optional[Any] = None) -> int:
+                    device: Optional[Any] = None, client_flops: float = 0.0) -> int:
   """Clients per chunk so that a chunk uses at most ``memory_fraction`` of free memory.
 
   Args:
@@ -100,10 +113,12 @@ def auto_chunk_size(num_clients: int, num_params: int, client_data_bytes: int, *
     client_data_bytes: bytes of one client's padded data (features + labels).
     memory_fraction: share of `available_memory_bytes` a chunk may use, in (0, 1].
     device: the device (default: the first local device).
+    client_flops: XLA's FLOP estimate of one client's update (0: unknown).
 
   Returns:
-    ``c`` in ``[1, num_clients]``; on CPUs also at most `CPU_MAX_CHUNK` and
-    ``CPU_PARAMS_PER_CHUNK // num_params`` (see the comment there), but at least
+    ``c`` in ``[1, num_clients]``; on CPUs also at most `CPU_MAX_CHUNK`,
+    ``CPU_PARAMS_PER_CHUNK // num_params`` and ``CPU_FLOPS_PER_CHUNK // client_flops``
+    (at least 1; see the comments there), but at least
     ``ceil(num_clients / MAX_CHUNKS_PER_DEVICE)`` when memory allows.
 
   Raises:
@@ -118,6 +133,8 @@ def auto_chunk_size(num_clients: int, num_params: int, client_data_bytes: int, *
   c = by_memory
   if dev.platform == "cpu":
     c = min(c, CPU_MAX_CHUNK, CPU_PARAMS_PER_CHUNK // max(int(num_params), 1))
+    if client_flops > 0:
+      c = min(c, max(1, int(CPU_FLOPS_PER_CHUNK // client_flops)))
   c = max(c, min(by_memory, math.ceil(num_clients / MAX_CHUNKS_PER_DEVICE)))
   return max(1, min(num_clients, c))
 

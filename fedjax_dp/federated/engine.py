@@ -460,7 +460,8 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
     k = co.ids.shape[0]
     chunk_size = config.chunk_size or chunking.auto_chunk_size(
         -(-k // num_shards), sum(l.size for l in jax.tree_util.tree_leaves(upload_like)),
-        client_data_bytes(data))
+        client_data_bytes(data),
+        client_flops=_client_flops(client, broadcast, data, hp, rkey, state.clients))
     layout = chunking.chunk_layout(k, chunk_size, num_shards)
     pad = layout.padded_size - k
     slots = [jnp.pad(a, (0, pad)) for a in (co.ids, co.mask, co.counts, co.weights,
@@ -490,13 +491,33 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
   return round_fn
 
 
-def _upload_shape(client: ClientStage, broadcast, data, hp, rkey, clients):
-  """The shape and dtype of one client's upload (``jax.ShapeDtypeStruct`` leaves),
-  traced abstractly (no computation)."""
+def _one_client_args(broadcast, data, hp, rkey, clients) -> tuple:
+  """The arguments of `ClientStage.update` for one client (abstract use only)."""
   ids = jnp.zeros((1,), jnp.int32)
   x, y, _ = gather_clients(data, ids)
   key = keylib.client_keys(keylib.stream(rkey, keylib.TRAINING), ids)[0]
   one_state = jax.tree_util.tree_map(lambda a: a[0], clients)
-  out = jax.eval_shape(client.update, broadcast, x[0], y[0], jnp.zeros((), jnp.int32),
-                       key, hp, one_state)
+  return broadcast, x[0], y[0], jnp.zeros((), jnp.int32), key, hp, one_state
+
+
+def _upload_shape(client: ClientStage, broadcast, data, hp, rkey, clients):
+  """The shape and dtype of one client's upload (``jax.ShapeDtypeStruct`` leaves),
+  traced abstractly (no computation)."""
+  out = jax.eval_shape(client.update, *_one_client_args(broadcast, data, hp, rkey, clients))
   return out[0]
+
+
+def _client_flops(client: ClientStage, broadcast, data, hp, rkey, clients) -> float:
+  """XLA's FLOP estimate of one client's update (its lowered program's cost analysis;
+  a loop body counts once), for `chunking.auto_chunk_size` on a CPU; 0.0 on other
+  platforms or when the backend gives no estimate. Lowered only, never compiled."""
+  if jax.default_backend() != "cpu":
+    return 0.0
+  args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), a.dtype),
+                                _one_client_args(broadcast, data, hp, rkey, clients))
+  try:
+    cost = jax.jit(client.update).lower(*args).cost_analysis()
+  except Exception:  # an estimate only: without one the chunk follows parameters alone
+    return 0.0
+  cost = cost[0] if isinstance(cost, (list, tuple)) and cost else cost
+  return float(cost.get("flops", 0.0)) if isinstance(cost, dict) else 0.0

@@ -61,6 +61,18 @@ def test_auto_chunk_size_follows_memory(monkeypatch):
     chunking.auto_chunk_size(10, p, data_bytes, memory_fraction=0.0)
 
 
+def test_auto_chunk_size_caps_a_large_client_update_on_cpu(monkeypatch):
+  """Chunks hold at most CPU_FLOPS_PER_CHUNK of client update (a CNN's update gets one
+  client per chunk; the MLP's keeps the parameter rule's 2); no estimate, no cap."""
+  monkeypatch.setattr(chunking, "available_memory_bytes", lambda device=None: 10**10)
+  f = chunking.CPU_FLOPS_PER_CHUNK
+  assert chunking.auto_chunk_size(20, 25_578, 10, client_flops=0.8 * f) == 1  # CNN
+  assert chunking.auto_chunk_size(20, 25_578, 10) == 20                      # unknown
+  assert chunking.auto_chunk_size(100, 199_210, 10, client_flops=0.3 * f) == 2  # MLP
+  assert chunking.auto_chunk_size(64, 4_342, 10, client_flops=0.2 * f) == 5
+  assert chunking.auto_chunk_size(64, 4_342, 10, client_flops=10 * f) == 1
+
+
 def test_available_memory_is_positive():
   assert chunking.available_memory_bytes() > 0
 
@@ -145,6 +157,25 @@ def test_automatic_chunk_size_bounds_memory_not_results(env, monkeypatch):
   monkeypatch.setattr(chunking, "available_memory_bytes", lambda device=None: 1)
   tight = _run(dp_fedavg(model, fd, **kw), data)
   _assert_same_run(free, tight)
+
+
+def test_the_engine_estimates_the_client_update_it_chunks(env, monkeypatch):
+  """The engine passes XLA's FLOP count of one client's update to the automatic chunk
+  size: a larger local batch, a larger estimate."""
+  fd, model, data = env
+  seen = []
+  real = chunking.auto_chunk_size
+
+  def spy(*args, **kwargs):
+    seen.append(kwargs["client_flops"])
+    return real(*args, **kwargs)
+  monkeypatch.setattr(chunking, "auto_chunk_size", spy)
+  for batch in (2, 8):
+    alg = dp_fedavg(model, fd, clip_norm=0.05, noise_multiplier=0.7, sampling_rate=0.4,
+                    batch_size=batch)
+    jax.eval_shape(alg.round_fn, alg.init(jax.random.key(1)), data, alg.hparams,
+                   jax.random.key(0))
+  assert len(seen) == 2 and 0 < seen[0] < seen[1]
 
 
 def test_chunked_round_compiles_once_for_new_values(env):
