@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import common, run as bench_run, workloads
+from cache_env import with_compilation_cache
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -146,6 +147,7 @@ def test_synthetic_client_data_is_deterministic_and_learnable():
   assert (pred == y).mean() > 0.9
 
 
+@pytest.mark.slow
 def test_quick_benchmark_run_writes_results(tmp_path):
   md = tmp_path / "RESULTS.md"
   # Section rdp_pfl is run (and its markdown checked) by
@@ -153,7 +155,8 @@ def test_quick_benchmark_run_writes_results(tmp_path):
   out = subprocess.run([sys.executable, "-m", "benchmarks.run", "--quick", "--only",
                         "peers,roofline,scale,dpsgd", "--results-md",
                         str(md), "--json-dir", str(tmp_path)], cwd=ROOT,
-                       capture_output=True, text=True, timeout=900)
+                       env=with_compilation_cache(), capture_output=True, text=True,
+                       timeout=900)
   assert out.returncode == 0, out.stderr[-3000:]
   (path,) = [p for p in tmp_path.iterdir() if p.suffix == ".json"]
   res = json.loads(path.read_text())
@@ -247,6 +250,7 @@ def test_rdp_pfl_flop_model_matches_xla_count():
     assert 1.0 <= got / want <= 1.025, (got, want)
 
 
+@pytest.mark.slow
 def test_rdp_pfl_quick_main_rows_checks_and_markdown(tmp_path):
   import jax
   import jax.numpy as jnp

@@ -89,6 +89,7 @@ def _start_and_kill_mid_write(out, common, env):
   return any("tmp" in n for n in os.listdir(ckpt_dir))
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_checkpoint_write_then_resume(tmp_path):
   """A real training process (checkpointing every 2 rounds) is killed with SIGKILL in
   the middle of a checkpoint write; the previous checkpoint stays readable, and the

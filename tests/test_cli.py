@@ -164,6 +164,7 @@ def test_console_script_help_explains_options():
     assert opt in out.stdout, opt
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not har.is_available(), reason="HAR package not installed")
 def test_main_job_on_real_har_beats_majority_class(tmp_path):
   """The default main job (DP-FedAvg on HAR, 30 natural clients), with fewer rounds."""
@@ -302,6 +303,7 @@ def test_fixed_size_cohorts_report_pld_too(tmp_path, capsys, accountant):
   assert "PLD n/a" not in capsys.readouterr().out
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(fashion_mnist.locate() is None, reason="Fashion-MNIST not installed")
 def test_padpfl_from_the_main_job(tmp_path):
   """Paper 000 through `fedjax-dp run`: scenario data, the impact-factor switch, sigma_C,

@@ -76,6 +76,7 @@ def _signal_on_save(monkeypatch, nth, signum=signal.SIGTERM):
   return calls
 
 
+@pytest.mark.slow
 @main_thread_only
 @pytest.mark.parametrize("nth", [1, 3])
 def test_sigterm_keeps_the_newest_checkpoint_summarised_and_resumable(tmp_path, monkeypatch,
@@ -107,6 +108,7 @@ def test_sigterm_keeps_the_newest_checkpoint_summarised_and_resumable(tmp_path, 
     assert resumed.summary[k] == straight.summary[k], k
 
 
+@pytest.mark.slow
 def test_ctrl_c_from_outside_stops_at_a_checkpoint(tmp_path):
   """A real training process gets SIGINT mid-run: exit status 130, the summary, the
   metrics and the newest checkpoint agree on the rounds done, no partial checkpoint."""
@@ -151,6 +153,7 @@ def test_an_earlier_run_is_not_overwritten(tmp_path, caplog):
   assert first.summary["rounds"] == 2
 
 
+@pytest.mark.slow
 def test_extending_a_finished_run_equals_the_longer_run(tmp_path, capsys):
   """--resume DIR --rounds N continues a finished run to N rounds, with the noise
   multiplier it was calibrated with (not one re-calibrated for N rounds)."""

@@ -142,6 +142,7 @@ def _assert_same(a, b, where):
     assert a == b, where
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_two_processes_give_the_two_device_run(case, tmp_path):
   multi, single = tmp_path / "multi", tmp_path / "single"
@@ -179,6 +180,7 @@ def test_two_processes_give_the_two_device_run(case, tmp_path):
   assert np.max(np.abs(leaves_m)) > 0
 
 
+@pytest.mark.slow
 def test_sigterm_to_one_process_stops_both_after_the_same_block(tmp_path):
   """SLURM's SIGTERM may reach one process before the other: both stop after the same
   block (agreed after each block), process 0 writes the interrupted summary, and the

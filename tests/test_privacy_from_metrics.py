@@ -225,7 +225,8 @@ def _rdp_pfl_group_epsilons(rows):
   return per
 
 
-@pytest.mark.parametrize("clip_mode", ["per_example", "paper"])
+@pytest.mark.parametrize("clip_mode", ["per_example",
+                                       pytest.param("paper", marks=pytest.mark.slow)])
 def test_rdp_pfl_epsilon_from_metrics_alone(tmp_path, clip_mode):
   """Paper 003: two releases per local epoch (query and support stages, different
   rates), each with its own Poisson truncation; the paper mode's releases are charged

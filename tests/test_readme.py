@@ -27,6 +27,7 @@ def test_ci_runs_exactly_the_readme_test_command():
   assert any("fedjax-dp run" in b for b in bash_blocks)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not har.is_available(), reason="HAR package not installed")
 def test_readme_api_example_runs():
   code = re.findall(r"```python\n(.*?)```", _readme(), re.S)[0]

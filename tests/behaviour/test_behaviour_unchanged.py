@@ -23,6 +23,7 @@ def _versions_note():
   return "" if base == now else f" (baseline recorded with {base}, now {now})"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n, (_, quick) in record.CASES.items() if quick])
 def test_recorded_run_reproduces(tmp_path, name):
   new = record.run_case(name, str(tmp_path))

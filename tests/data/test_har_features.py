@@ -452,6 +452,7 @@ def test_svm_helper_separates_a_toy_problem():
     hf.train_linear_svm(x, y, 3, l2=0.0)
 
 
+@pytest.mark.slow
 def test_central_linear_svm_on_hars_subject_split(hfw):
   x = hf.scale_features(hfw.features)
   train = hf.subject_mask(hfw.subject, hf.HAR_TRAIN_SUBJECTS)
@@ -463,6 +464,7 @@ def test_central_linear_svm_on_hars_subject_split(hfw):
   assert acc > 0.93  # measured 0.955 with l2 = 1e-2
 
 
+@pytest.mark.slow
 def test_global_sitting_vs_rest_svm_error(hfd):
   fd = hfd  # MOCHA's random 75/25 per-subject split, seed 0
   mask = fd.example_mask

@@ -11,6 +11,7 @@ import pytest
 from experiment_scripts import load_script
 
 
+@pytest.mark.slow
 def test_quick_run_writes_results_with_a_verdict(tmp_path):
   mod = load_script("adaptive_clipping", "compare")
   out = tmp_path / "compare.json"

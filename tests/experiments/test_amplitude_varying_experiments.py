@@ -20,6 +20,7 @@ def _script(name):
 _load = load_json
 
 
+@pytest.mark.slow
 def test_fig2_quick(tmp_path):
   assert _script("fig2_rounds").main(["--quick", "--out", str(tmp_path)]) == 0
   res = _load(tmp_path / "fig2.json")
@@ -50,6 +51,7 @@ def test_fig2_quick(tmp_path):
   assert (tmp_path / "fig2.json").read_text() == before
 
 
+@pytest.mark.slow
 def test_fig3_quick(tmp_path):
   assert _script("fig3_table2_horizon").main(["--quick", "--out", str(tmp_path)]) == 0
   res = _load(tmp_path / "fig3.json")
@@ -62,6 +64,7 @@ def test_fig3_quick(tmp_path):
   assert (tmp_path / "fig3.png").exists()
 
 
+@pytest.mark.slow
 def test_fig5_fig6_quick(tmp_path):
   assert _script("fig5_fig6_refinement").main(["--quick", "--out", str(tmp_path)]) == 0
   res = _load(tmp_path / "fig5_fig6.json")
@@ -76,6 +79,7 @@ def test_fig5_fig6_quick(tmp_path):
   assert (tmp_path / "fig5_fig6.png").exists()
 
 
+@pytest.mark.slow
 def test_table3_quick(tmp_path):
   assert _script("table3_mia").main(["--quick", "--out", str(tmp_path)]) == 0
   res = _load(tmp_path / "table3.json")
@@ -86,6 +90,7 @@ def test_table3_quick(tmp_path):
   assert "0.993" in (tmp_path / "table3.md").read_text()
 
 
+@pytest.mark.slow
 def test_fig7_svm_quick(tmp_path):
   from fedjax_dp.data.sources import adult
   if adult.adult_dir() is None:
@@ -98,6 +103,7 @@ def test_fig7_svm_quick(tmp_path):
     assert r["final_test_accuracy"] > 0.75  # the linear SVM beats the 0.75 base rate
 
 
+@pytest.mark.slow
 def test_fig10_cnn_quick(tmp_path):
   """The LeNet-5 sweep (Figs. 8 and 10) in its reduced form: C = 20 by default, two
   epsilons, and the output files."""
@@ -113,6 +119,7 @@ def test_fig10_cnn_quick(tmp_path):
   assert "C = 20" in md and (tmp_path / "fig10.png").exists()
 
 
+@pytest.mark.slow
 def test_provable_mode_quick(tmp_path):
   """Paper mode (tau = 5) against clipped_gradients (G = 1, tau = 1), two rounds: the
   Delta each mode's guarantee uses, and eq. (8) calibrated with the provable Delta."""

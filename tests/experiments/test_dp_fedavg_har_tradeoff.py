@@ -13,6 +13,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "experiments", "dp_fedavg_har_tradeoff.py")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not har.is_available(), reason="HAR package not installed")
 def test_tradeoff_reduced(tmp_path):
   subprocess.run([sys.executable, SCRIPT, "--rounds", "3", "--seeds", "1", "--out",

@@ -12,6 +12,7 @@ import pytest
 from experiment_scripts import load_script
 
 
+@pytest.mark.slow
 def test_quick_run_writes_results_with_verdicts(tmp_path):
   mod = load_script("dp_ftrl", "compare")
   out = tmp_path / "compare.json"

@@ -58,6 +58,7 @@ def _private_runs(out):
   return rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", list(SCRIPTS))
 def test_outputs_written_and_state_the_features(out, script):
   name = SCRIPTS[script]
@@ -75,6 +76,7 @@ def test_outputs_written_and_state_the_features(out, script):
       assert r["outer_rounds"] == 2 and r["inner_rounds"] == 20 and r["trial"] == 0
 
 
+@pytest.mark.slow
 def test_cv_lambda_is_chosen_from_the_grid_and_read_by_the_figures(out):
   cv = _res(out, "cv_lambda")
   chosen = cv["meta"]["chosen_lambda"]
@@ -97,6 +99,7 @@ def test_cv_folds_are_mochas_interleaved_folds():
   assert sorted(tr[1].tolist() + va[1].tolist()) == list(range(12))
 
 
+@pytest.mark.slow
 def test_private_rows_report_three_epsilons(out):
   rows = _private_runs(out)
   assert len(rows) >= 8
@@ -121,6 +124,7 @@ def test_private_rows_report_three_epsilons(out):
     assert r["epsilon_accountant"] == pytest.approx(acc.get_epsilon(DELTA), rel=2e-2)
 
 
+@pytest.mark.slow
 def test_non_private_rows_have_no_epsilon_and_beat_the_constant_predictor(out):
   n = 0
   for name in ("fig2", "fig3", "fig4", "fig5"):
@@ -133,6 +137,7 @@ def test_non_private_rows_have_no_epsilon_and_beat_the_constant_predictor(out):
   assert n >= 6
 
 
+@pytest.mark.slow
 def test_sigma_follows_theorem5_in_p_and_q(out):
   def private(name, **kw):
     return next(r for r in _res(out, name)["runs"] if r["epsilon_target"] is not None
@@ -147,6 +152,7 @@ def test_sigma_follows_theorem5_in_p_and_q(out):
       100 * private("fig5", epsilon=100.0)["sigma1_max"], rel=1e-9)
 
 
+@pytest.mark.slow
 def test_fig2_curves(out):
   res = _res(out, "fig2")
   assert {r["panel"] for r in res["runs"]} == {"a", "b", "c"}
@@ -160,6 +166,7 @@ def test_fig2_curves(out):
   assert "| (c) tau = 0.5, P = 0.2 |" in md
 
 
+@pytest.mark.slow
 def test_baselines(out):
   runs = {r["method"]: r for r in _res(out, "baselines")["runs"]}
   assert set(runs) == {"constant", "global", "local", "mtl", "dp"}
@@ -171,6 +178,7 @@ def test_baselines(out):
   assert runs["mtl"]["epsilon_target"] is None
 
 
+@pytest.mark.slow
 def test_resume_and_report_only_reuse_the_json(out):
   folder = str(out[0])
   fig5 = load_script("dp_mocha", "fig5_epsilon")

@@ -19,6 +19,7 @@ from experiment_scripts import load_script
 SCRIPTS = ("fig4_aggregation", "fig5_noise", "fig6_heterogeneity", "fig7_power")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_quick_run_writes_results_with_verdicts(tmp_path, script):
   out = tmp_path / f"{script}.json"

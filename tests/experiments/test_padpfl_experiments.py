@@ -27,6 +27,7 @@ def quick_dir(tmp_path_factory):
   return out
 
 
+@pytest.mark.slow
 def test_scenarios_quick_writes_every_scenario(quick_dir):
   c = _script("scenarios").common
   b = c.CLIP_BOUND[c.DEFAULTS["hidden"]]
@@ -62,6 +63,7 @@ def test_scenarios_quick_writes_every_scenario(quick_dir):
   assert _load(quick_dir / "scenario4_fashion_mnist.json")["meta"]["switch_after"] == 1
 
 
+@pytest.mark.slow
 def test_report_quick(quick_dir, tmp_path):
   assert _script("report").main(["--results", str(quick_dir), "--out", str(tmp_path)]) == 0
   claims = (tmp_path / "claims.md").read_text()
@@ -76,6 +78,7 @@ def test_report_quick(quick_dir, tmp_path):
   assert noise.count("\n| scenario") == 4  # two private curves in scenarios 1 and 4
 
 
+@pytest.mark.slow
 def test_calibrate_b_quick(tmp_path):
   assert _script("calibrate_b").main(["--quick", "--out", str(tmp_path)]) == 0
   res = _load(tmp_path / "calibrate_b.json")
@@ -86,6 +89,7 @@ def test_calibrate_b_quick(tmp_path):
   assert "| fashion_mnist | 64 |" in (tmp_path / "calibrate_b.md").read_text()
 
 
+@pytest.mark.slow
 def test_provable_mode_quick(quick_dir, tmp_path):
   # After the scenarios' quick run (module fixture): the paper-mode program is shared.
   mod = _script("provable_mode")

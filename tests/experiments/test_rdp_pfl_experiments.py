@@ -19,6 +19,7 @@ NAMES = {"fig2_epsilon": "fig2", "fig3_delta": "fig3", "fig5_samples": "fig5",
          "optimal_rounds": "optimal_rounds"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_quick_run_writes_results_with_a_verdict(tmp_path, script):
   mod = load_script("rdp_pfl", script)

@@ -70,6 +70,7 @@ def _signal_on_save(monkeypatch, nth, signum=signal.SIGTERM):
   return calls
 
 
+@pytest.mark.slow
 @main_thread_only
 def test_an_interrupted_sweep_resumes_to_the_uninterrupted_one(tmp_path, monkeypatch,
                                                                straight, capsys):
@@ -104,6 +105,7 @@ def test_an_interrupted_sweep_resumes_to_the_uninterrupted_one(tmp_path, monkeyp
   assert doc["interrupted"] is None and doc["configurations"] == 4
 
 
+@pytest.mark.slow
 def test_a_resume_with_a_changed_option_is_refused(tmp_path, straight, capsys):
   copy = tmp_path / "copy"
   shutil.copytree(straight.out, copy)

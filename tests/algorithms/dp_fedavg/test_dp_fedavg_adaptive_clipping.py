@@ -63,6 +63,7 @@ def _epsilons_from_metrics(rows):
   return eps_rdp, eps_pld
 
 
+@pytest.mark.slow
 def test_cli_adaptive_run_epsilon_from_metrics_and_calibration(tmp_path, capsys):
   """``--clip-norm adaptive --target-epsilon 3``: the run spends exactly 3 (RDP), the
   epsilon recomputed from metrics.jsonl alone equals summary.json's (RDP and PLD), and
@@ -225,6 +226,7 @@ def test_config_files_and_sweep_axes_take_the_number_or_the_word():
   assert dataclasses.replace(base.options).clip_norm == "adaptive"
 
 
+@pytest.mark.slow
 def test_a_resumed_run_continues_the_clip_norm(tmp_path):
   """The clip norm lives in the checkpointed server state: 4 rounds then --resume to 6
   give exactly the straight 6-round run's clip norms, noisy fractions and models."""

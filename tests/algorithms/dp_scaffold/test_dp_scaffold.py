@@ -116,6 +116,7 @@ def test_refuses_what_option_ii_cannot_do(env):
     dp_scaffold(model, fd, weighting="data_size", data_size_cap=10.0)
 
 
+@pytest.mark.slow
 def test_resumed_run_restores_the_client_control_variates(tmp_path):
   """A 2-round run extended to 4 with --resume ends where the straight 4-round run ends,
   which needs the checkpoint's c_i of every client (`ServerState.clients`) and the
@@ -158,9 +159,11 @@ def _sharded():
                     "clients": [r["num_clients"] for r in out[1][1]]}))
 
 
+@pytest.mark.slow
 def test_sharded_round_equals_single_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu")
+  from cache_env import with_compilation_cache  # (not at the top: this file is also the script)
+  env = with_compilation_cache(dict(
+      os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"))
   out = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env,
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]

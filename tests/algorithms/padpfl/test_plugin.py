@@ -15,6 +15,7 @@ BASE = dict(algorithm="padpfl", dataset="mnist", scenario=4, impact_factors="equ
             eval_every=4)
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_checkpoints_count_rounds_across_the_data_change(tmp_path):
   out = tmp_path / "s4"

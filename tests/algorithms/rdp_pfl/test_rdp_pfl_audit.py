@@ -48,6 +48,7 @@ def test_rdp_pfl_stage_audits_are_consistent_with_the_larger_stage_claim(stage, 
   assert 0.3 * rep.claimed_epsilon < lb <= rep.claimed_epsilon, auditing.describe(rep)
 
 
+@pytest.mark.slow
 def test_rdp_pfl_data_size_weights_target(audit_report):
   """Issue 30, F5: two source clients, the canary a support record of one of them. The
   shipped code (uniform weights) claims the support stage's Gaussian of z (the query

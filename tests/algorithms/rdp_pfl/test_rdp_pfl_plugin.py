@@ -21,6 +21,7 @@ def _run(tmp_path, **kw):
   return res, rows, json.loads((tmp_path / "out" / "summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_default_calibrates_to_epsilon_2_and_reports_both_epsilons(tmp_path):
   res, rows, s = _run(tmp_path)
   assert s["config"]["target_epsilon"] == 2.0
@@ -84,6 +85,7 @@ def test_non_private_baseline_learns_and_reports_no_guarantee(tmp_path):
   assert "query_noise_multiplier" not in rows[0]
 
 
+@pytest.mark.slow
 def test_resume_continues_the_ledger(tmp_path):
   res, rows, s = _run(tmp_path, noise_multiplier=2.0)
   cfg = RunConfig.from_dict(dict(resume=str(tmp_path / "out"), resume_rounds=6)).validate()

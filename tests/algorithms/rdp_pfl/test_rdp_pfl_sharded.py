@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 
 def _check():
   import jax
@@ -47,9 +49,11 @@ def _check():
                     "moved": moved}))
 
 
+@pytest.mark.slow
 def test_sharded_round_equals_single_device():
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             JAX_PLATFORMS="cpu")
+  from cache_env import with_compilation_cache  # (not at the top: this file is also the script)
+  env = with_compilation_cache(dict(
+      os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu"))
   out = subprocess.run([sys.executable, os.path.abspath(__file__)], env=env,
                        capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
