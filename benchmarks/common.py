@@ -173,6 +173,18 @@ def _protocol_out():
   return out
 
 
+def timed_rounds(run_round, warmup: int, timed: int):
+  """Runs ``warmup + timed`` rounds; returns ``(seconds, losses)``: the wall time of
+  each timed round (``time.perf_counter``) and every round's loss."""
+  seconds, losses = [], []
+  for r in range(warmup + timed):
+    t0 = time.perf_counter()
+    losses.append(run_round(r))
+    if r >= warmup:
+      seconds.append(time.perf_counter() - t0)
+  return seconds, losses
+
+
 def serve(run_round, warmup: int, finish, ready_info=None, extras=None) -> None:
   """Serves rounds on stdin/stdout (protocol above).
 

@@ -121,12 +121,7 @@ def federated(w, timed_rounds=None, warmup_rounds=None, chunk_size=None, seed=0,
                                            "method": "dp_fedavg_record_level"},
                  extras={"profile": lambda: profile_round(run_round)})
     return None
-  times, losses = [], []
-  for r in range(warm + timed):
-    t0 = time.perf_counter()
-    losses.append(run_round(r))
-    if r >= warm:
-      times.append(time.perf_counter() - t0)
+  times, losses = common.timed_rounds(run_round, warm, timed)
   return finish(times, losses)
 
 

@@ -23,3 +23,18 @@ class UserCNN(nn.Module):
     x = nn.relu(conv(32, (3, 3))(x))
     x = nn.avg_pool(x, (2, 2), strides=(2, 2))
     return nn.Dense(self.num_classes)(x.reshape((x.shape[0], -1)))
+
+
+class CNN(nn.Module):
+  """FedJAX's EMNIST CNN without dropout (conv32-conv64-maxpool-dense128), NHWC input
+  (``[B, 28, 28, 1]``; also pfl-research's CIFAR-10 ``simple_cnn`` on ``[B, 32, 32, 3]``,
+  `benchmarks.gpu.cifar10`)."""
+  num_classes: int
+
+  @nn.compact
+  def __call__(self, x):
+    x = nn.relu(nn.Conv(32, (3, 3), padding="VALID")(x))
+    x = nn.relu(nn.Conv(64, (3, 3), padding="VALID")(x))
+    x = nn.max_pool(x, (2, 2), strides=(2, 2))
+    x = nn.relu(nn.Dense(128)(x.reshape((x.shape[0], -1))))
+    return nn.Dense(self.num_classes)(x)

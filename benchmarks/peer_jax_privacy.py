@@ -50,6 +50,7 @@ import optax  # noqa: E402
 from jax_privacy import batch_selection, noise_addition  # noqa: E402
 
 from benchmarks import common, workloads  # noqa: E402
+from benchmarks.flax_nets import CNN  # noqa: E402
 
 
 class MLP(nn.Module):
@@ -60,19 +61,6 @@ class MLP(nn.Module):
     x = x.reshape((x.shape[0], -1))
     x = nn.relu(nn.Dense(200)(x))
     x = nn.relu(nn.Dense(200)(x))
-    return nn.Dense(self.num_classes)(x)
-
-
-class CNN(nn.Module):
-  """FedJAX EMNIST CNN without dropout, NHWC input ``[B, 28, 28, 1]``."""
-  num_classes: int
-
-  @nn.compact
-  def __call__(self, x):
-    x = nn.relu(nn.Conv(32, (3, 3), padding="VALID")(x))
-    x = nn.relu(nn.Conv(64, (3, 3), padding="VALID")(x))
-    x = nn.max_pool(x, (2, 2), strides=(2, 2))
-    x = nn.relu(nn.Dense(128)(x.reshape((x.shape[0], -1))))
     return nn.Dense(self.num_classes)(x)
 
 
@@ -234,12 +222,7 @@ def federated(w, variant, warmup, timed, minibatch, padded, seed, serve=False):
     common.serve(run_round, warmup, finish, {"framework": "jax-privacy",
                                              "method": variant})
     return None
-  seconds, losses = [], []
-  for r in range(warmup + timed):
-    t0 = time.perf_counter()
-    losses.append(run_round(r))
-    if r >= warmup:
-      seconds.append(time.perf_counter() - t0)
+  seconds, losses = common.timed_rounds(run_round, warmup, timed)
   return finish(seconds, losses)
 
 

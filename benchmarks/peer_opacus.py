@@ -212,12 +212,7 @@ def federated(w, mode: str, warmup: int, timed: int, seed: int, device: str = "c
     common.serve(run_round, warmup, finish, {"framework": "opacus", "method": mode,
                                              "torch_build": torch_build(device)})
     return None
-  seconds, losses = [], []
-  for r in range(warmup + timed):
-    t0 = time.perf_counter()
-    losses.append(run_round(r))
-    if r >= warmup:
-      seconds.append(time.perf_counter() - t0)
+  seconds, losses = common.timed_rounds(run_round, warmup, timed)
   return finish(seconds, losses)
 
 

@@ -74,21 +74,10 @@ def flops_per_round(w) -> int:
 
 
 def flax_module(num_classes: int):
-  """pfl's simple_cnn (without dropout) as a flax linen module (NHWC input)."""
-  import flax.linen as nn
-
-  class SimpleCNN(nn.Module):
-    classes: int
-
-    @nn.compact
-    def __call__(self, x):
-      x = nn.relu(nn.Conv(32, (3, 3), padding="VALID")(x))
-      x = nn.relu(nn.Conv(64, (3, 3), padding="VALID")(x))
-      x = nn.max_pool(x, (2, 2), strides=(2, 2))
-      x = nn.relu(nn.Dense(128)(x.reshape((x.shape[0], -1))))
-      return nn.Dense(self.classes)(x)
-
-  return SimpleCNN(num_classes)
+  """pfl's simple_cnn (without dropout) as a flax linen module (NHWC input): the same
+  architecture as FedJAX's EMNIST CNN, `benchmarks.flax_nets.CNN`."""
+  from benchmarks.flax_nets import CNN
+  return CNN(num_classes)
 
 
 def build(w, mesh=None):
