@@ -513,9 +513,11 @@ def _client_flops(client: ClientStage, broadcast, data, hp, rkey, clients) -> fl
   platforms or when the backend gives no estimate. Lowered only, never compiled."""
   if jax.default_backend() != "cpu":
     return 0.0
-  args = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(jnp.shape(a), a.dtype),
-                                _one_client_args(broadcast, data, hp, rkey, clients))
-  try:
+  try:  # leaves may be arrays, tracers or Python numbers (a direct, un-jitted call)
+    args = jax.tree_util.tree_map(
+        lambda a: jax.ShapeDtypeStruct(jnp.shape(a), getattr(a, "dtype", None)
+                                       or jnp.result_type(a)),
+        _one_client_args(broadcast, data, hp, rkey, clients))
     cost = jax.jit(client.update).lower(*args).cost_analysis()
   except Exception:  # an estimate only: without one the chunk follows parameters alone
     return 0.0
