@@ -458,10 +458,8 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
 
     # Chunk layout (static): pad the cohort to shards x chunks x chunk_size slots.
     k = co.ids.shape[0]
-    chunk_size = config.chunk_size or chunking.auto_chunk_size(
-        -(-k // num_shards), sum(l.size for l in jax.tree_util.tree_leaves(upload_like)),
-        client_data_bytes(data),
-        client_flops=_client_flops(client, broadcast, data, hp, rkey, state.clients))
+    chunk_size = config.chunk_size or _auto_chunk(
+        client, -(-k // num_shards), upload_like, (broadcast, data, hp, rkey, state.clients))
     layout = chunking.chunk_layout(k, chunk_size, num_shards)
     pad = layout.padded_size - k
     slots = [jnp.pad(a, (0, pad)) for a in (co.ids, co.mask, co.counts, co.weights,
@@ -505,6 +503,18 @@ def _upload_shape(client: ClientStage, broadcast, data, hp, rkey, clients):
   traced abstractly (no computation)."""
   out = jax.eval_shape(client.update, *_one_client_args(broadcast, data, hp, rkey, clients))
   return out[0]
+
+
+def _auto_chunk(client: ClientStage, per_device: int, upload_like, args) -> int:
+  """`chunking.auto_chunk_size` for this round; the client update's FLOP estimate (one
+  more lowering of it) is taken only when the other rules allow more than one client."""
+  num_params = sum(l.size for l in jax.tree_util.tree_leaves(upload_like))
+  data_bytes = client_data_bytes(args[1])
+  chunk = chunking.auto_chunk_size(per_device, num_params, data_bytes)
+  if chunk <= 1:
+    return chunk
+  return chunking.auto_chunk_size(per_device, num_params, data_bytes,
+                                  client_flops=_client_flops(client, *args))
 
 
 def _client_flops(client: ClientStage, broadcast, data, hp, rkey, clients) -> float:
