@@ -18,12 +18,12 @@ use the best):
   where the model allows: it does for the MLP).
 * ``second_order``: ``meta.meta_clipped_sum(model, theta~, eta)``: per-example
   meta-gradients (gradient at theta~ plus a forward-over-reverse Hessian-vector product at
-  w), clipped to C, summed: the outer step of ``clip_mode="per_example"``.
+  w), clipped to C, summed: the outer step of ``clip_mode="per_example_hessian"``.
 * ``nonprivate_second_order``: ``meta.meta_gradient(model, w, xb, yb, xb, yb, eta)``: the
   exact batch meta-gradient (query = support = the batch), no per-example work: the cost
   of plain MAML.
 
-Rows per local epoch (``local_epoch_<mode>``, mode per_example, first_order, paper): one
+Rows per local epoch (``local_epoch_<mode>``, mode per_example_hessian, first_order, paper): one
 full `meta.local_epoch` (inner DP step on the query draw, outer DP step on the support
 draw, noise sigma = 1, q^Q = q^S = 0.1, beta = 0.01) of one client of n = 600 rows, split
 by position like rdp_pfl's clients (`clients.is_query_row`, query fraction 1/2: 300 query
@@ -113,7 +113,7 @@ CLIENT_ROWS = 600      # n: 300 query + 300 support rows
 QUERY_FRACTION = 0.5
 OVERFLOW_PROB = 1e-12  # rdp_pfl's default
 POWER_ITERATIONS = 20  # rdp_pfl's default
-EPOCH_MODES = ("per_example", "first_order", "paper")
+EPOCH_MODES = ("per_example_hessian", "first_order", "paper")
 RTOL = 1e-4
 
 
@@ -163,7 +163,7 @@ def epoch_flops(flops: Dict[str, int], mode: str, query_rows: float, support_row
   from fedjax_dp.validation import check_choice
   check_choice("mode", mode, EPOCH_MODES)
   inner = query_rows * flops["gradient"]
-  if mode == "per_example":
+  if mode == "per_example_hessian":
     return inner + support_rows * flops["meta_gradient"]
   if mode == "first_order":
     return inner + support_rows * flops["gradient"]
@@ -403,7 +403,7 @@ def epoch_rows(model, w, flops: Dict[str, int], repeat: int, seed: int = 0,
 def time_ratios(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
   """Best-time ratios between rows whose check passed (``ok``): per batch size
   ``"B=<b>"``, ``second_order / first_order_vmap`` and ``second_order /
-  first_order_auto``; for the local epochs ``"local_epoch"``: per_example / first_order
+  first_order_auto``; for the local epochs ``"local_epoch"``: per_example_hessian / first_order
   and paper / first_order. A pair with a failed (or missing) row gets no entry."""
   out: Dict[str, Dict[str, float]] = {}
 
@@ -419,7 +419,7 @@ def time_ratios(rows: List[Dict[str, Any]]) -> Dict[str, Dict[str, float]]:
       a, c = find(num, b), find(den, b)
       if a and c:
         out.setdefault(f"B={b}", {})[f"{num}/{den}"] = a["best_s"] / c["best_s"]
-  for num in ("local_epoch_per_example", "local_epoch_paper"):
+  for num in ("local_epoch_per_example_hessian", "local_epoch_paper"):
     a, c = find(num, None), find("local_epoch_first_order", None)
     if a and c:
       out.setdefault("local_epoch", {})[f"{num}/local_epoch_first_order"] = (

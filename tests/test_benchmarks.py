@@ -212,7 +212,7 @@ def test_rdp_pfl_flop_model_hand_counted():
   assert paper["hvp"] == 8 * 397_600 - 5 * 313_600 - 80_000 == 1_532_800
   assert paper["meta_gradient"] == 2_412_000
   # Local epochs: 30 expected query and support rows; paper mode adds 23 batch HVPs.
-  assert rdp_pfl.epoch_flops(fl, "per_example", 30, 30) == 30 * 228 + 30 * 740
+  assert rdp_pfl.epoch_flops(fl, "per_example_hessian", 30, 30) == 30 * 228 + 30 * 740
   assert rdp_pfl.epoch_flops(fl, "first_order", 30, 30) == 60 * 228
   assert rdp_pfl.epoch_flops(fl, "paper", 30, 20) == 50 * 228 + 23 * 30 * 512
   for bad in ([3], [3, 0, 2]):
@@ -270,7 +270,7 @@ def test_rdp_pfl_quick_main_rows_checks_and_markdown(tmp_path):
   assert rec["model"] == "mlp 784-32-10" and rec["matmul_gflops"] > 0
   names = [(r["name"], r["batch_size"]) for r in rec["rows"]]
   assert names == [("first_order_vmap", 8), ("first_order_auto", 8), ("second_order", 8),
-                   ("nonprivate_second_order", 8), ("local_epoch_per_example", None),
+                   ("nonprivate_second_order", 8), ("local_epoch_per_example_hessian", None),
                    ("local_epoch_first_order", None), ("local_epoch_paper", None)]
   fl = rec["flops_per_example"]
   for r in rec["rows"]:
@@ -284,7 +284,7 @@ def test_rdp_pfl_quick_main_rows_checks_and_markdown(tmp_path):
   rows = {r["name"]: r for r in rec["rows"]}
   assert rows["second_order"]["flops"] == 8 * fl["meta_gradient"]
   assert rows["first_order_auto"]["method"] == "auto (ghost)"
-  ep = rows["local_epoch_per_example"]
+  ep = rows["local_epoch_per_example_hessian"]
   assert (ep["query_rows"], ep["support_rows"], ep["expected_support_draw"]) == (300, 300, 30)
   assert (ep["support_max_batch"], ep["support_micro_batch"]) == (73, 15)
   assert 15 <= ep["mean_support_draw"] <= 45 and ep["nonfinite_or_truncated"] == 0
@@ -315,8 +315,8 @@ def test_rdp_pfl_quick_main_rows_checks_and_markdown(tmp_path):
   failed = [dict(r, ok=False) if r["name"] in ("second_order", "local_epoch_paper") else r
             for r in rec["rows"]]
   assert rdp_pfl.time_ratios(failed) == {"local_epoch": {
-      "local_epoch_per_example/local_epoch_first_order":
-          rec["ratios"]["local_epoch"]["local_epoch_per_example/local_epoch_first_order"]}}
+      "local_epoch_per_example_hessian/local_epoch_first_order":
+          rec["ratios"]["local_epoch"]["local_epoch_per_example_hessian/local_epoch_first_order"]}}
   md = bench_run.markdown({"timestamp": "t", "quick": True, "machine": rec["machine"],
                            "rdp_pfl": rec})
   assert "### RDP-PFL" in md and "| second_order | 8 | vmap (jvp of grad) |" in md

@@ -225,7 +225,7 @@ def _rdp_pfl_group_epsilons(rows):
   return per
 
 
-@pytest.mark.parametrize("clip_mode", ["per_example",
+@pytest.mark.parametrize("clip_mode", ["first_order",
                                        pytest.param("paper", marks=pytest.mark.slow)])
 def test_rdp_pfl_epsilon_from_metrics_alone(tmp_path, clip_mode):
   """Paper 003: two releases per local epoch (query and support stages, different
@@ -259,11 +259,11 @@ def test_rdp_pfl_epsilon_from_metrics_alone(tmp_path, clip_mode):
   assert s["truncation_probability"] == pytest.approx(trunc, rel=1e-6, abs=1e-300)
   assert rows[-1]["epsilon"] == pytest.approx(eps_rdp, rel=1e-6)
   assert eps_rdp < both_rdp and eps_pld < both_pld
-  if clip_mode == "per_example":  # equal scales: about sqrt 2 in z between them
+  if clip_mode == "first_order":  # equal scales: about sqrt 2 in z between them
     assert eps_rdp < 0.9 * both_rdp and eps_pld < 0.9 * both_pld
   # The paper's own epsilon (Theorem 1) for the same sigma, beside the accountant's: it
   # composes both stages for every record, at sigma in both.
-  if clip_mode == "per_example":
+  if clip_mode == "first_order":
     assert s["epsilon_paper"] == pytest.approx(both_rdp, rel=0.05)
     assert s["epsilon_paper"] > eps_rdp
   else:

@@ -158,6 +158,12 @@ class RunConfig:
       self.options = registry.get(self.algorithm).Options()
 
   @property
+  def partition_seed(self) -> int:
+    """The seed of the data partition and of the client structures an algorithm
+    prepares from the data: ``data_seed``, else ``seed``."""
+    return self.seed if self.data_seed is None else self.data_seed
+
+  @property
   def plugin(self):
     """The algorithm's `FederatedAlgorithm` (from the registry)."""
     return registry.get(self.algorithm)

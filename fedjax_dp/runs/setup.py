@@ -98,7 +98,7 @@ def load_data(cfg: RunConfig) -> FederatedData:
   method, part_kw = cfg.partition_options()
   return load_dataset(cfg.dataset or cfg.plugin.default_dataset, partition=method,
                       num_clients=cfg.num_clients,
-                      seed=cfg.seed if cfg.data_seed is None else cfg.data_seed,
+                      seed=cfg.partition_seed,
                       data_dir=cfg.data_dir, verify_checksums=cfg.verify_checksums,
                       **part_kw)
 

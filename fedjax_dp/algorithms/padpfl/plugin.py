@@ -156,7 +156,8 @@ class Padpfl(FederatedAlgorithm):
                           option="dataset")
     x, y = data.x[data.example_mask], data.y[data.example_mask]
     sc = scenarios.build_scenario(
-        options.scenario, x, y, seed=run.seed, size_scale=0.4 if data.is_subset else 1.0,
+        options.scenario, x, y, seed=run.partition_seed,
+        size_scale=0.4 if data.is_subset else 1.0,
         num_classes=data.num_classes, test_x=data.test_x, test_y=data.test_y,
         name=f"{data.name} (PADPFL scenario {options.scenario})", source=data.source,
         is_subset=data.is_subset)

@@ -109,7 +109,7 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
             inner_learning_rate: float = 0.01, outer_learning_rate: float = 0.01,
             clip_norm: float = 2.4, noise_multiplier: float = 1.0,
             query_sampling_rate: float = 0.1, support_sampling_rate: float = 0.1,
-            clip_mode: str = "per_example", aggregation: str = "uniform",
+            clip_mode: str = "first_order", aggregation: str = "uniform",
             private: bool = True, overflow_prob: float = 1e-12,
             micro_batch_size: Optional[int] = -1, per_example_method: str = "auto",
             power_iterations: int = 20, chunk_size: Optional[int] = None,
@@ -330,6 +330,12 @@ def _check_modes(clip_mode: str, aggregation: str, private: bool,
   Raises:
     FedJaxDpError: an unknown choice, or ``aggregation="data_size"`` with ``private``.
   """
+  if clip_mode == "per_example":
+    raise FedJaxDpError(
+        "clip_mode='per_example' was renamed 'per_example_hessian' (issue 33: its outer "
+        "step takes the Hessian on each support example, not the paper's meta-gradient) "
+        "and is no longer the default; the default is 'first_order'. Allowed: "
+        + ", ".join(meta.CLIP_MODES), option="clip_mode")
   check_choice("clip_mode", clip_mode, meta.CLIP_MODES)
   check_choice("aggregation", aggregation, AGGREGATIONS)
   if aggregation == "data_size" and private:

@@ -36,7 +36,7 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
   worlds) plus the canary, a record with a large feature (its clipped gradient or
   meta-gradient moves the model), added at the next row: a support row (``stage=
   "support"``: the meta-gradient release, audited through the upload of
-  ``clip_mode="per_example"``) or a query row (``"query"``: the inner release, whose
+  the default ``clip_mode="first_order"``) or a query row (``"query"``: the inner release, whose
   theta~ is the upload's base in ``clip_mode="dp_fedavg"``; in MAML modes the upload
   sees it only through theta~). Add/remove of that record. The other stage's step is
   made tiny (eta or beta), so that the upload is the audited release itself. The claim
@@ -55,7 +55,7 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
   if stage == "paper_support":
     x[0, 0, 0], x[0, -1, 0] = 50.0, -150.0
   fd = FederatedData("audit", x, np.zeros((1, n_in), np.int32), np.array([n_in]), 2)
-  mode = {"support": "per_example", "query": "dp_fedavg", "paper_support": "paper"}[stage]
+  mode = {"support": "first_order", "query": "dp_fedavg", "paper_support": "paper"}[stage]
   alg = rdp_pfl(model, fd, clip_norm=1.0, noise_multiplier=z, query_sampling_rate=q_query,
                 support_sampling_rate=q_support, inner_learning_rate=eta,
                 outer_learning_rate=beta, clip_mode=mode)
@@ -109,7 +109,7 @@ def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
     fd = FederatedData("audit", x, y, counts, 2)
     return rdp_pfl(model, fd, clip_norm=1.0, noise_multiplier=z, query_sampling_rate=q_query,
                    support_sampling_rate=1.0, inner_learning_rate=eta,
-                   outer_learning_rate=beta, clip_mode="per_example",
+                   outer_learning_rate=beta, clip_mode="first_order",
                    aggregation=aggregation, private=aggregation == "uniform",
                    query_rows=roles, nominal_sizes=(1, 2))
 

@@ -1,6 +1,7 @@
 """Paper 003's local epoch: a DP-SGD inner step on the query set and a DP-SGD outer
 step with the MAML meta-gradient on the support set (Wei et al., IEEE TIFS 2023,
-Sec. III-A, eqs. 6-11), in the three clipping modes of the implementation note (G1-G3).
+Sec. III-A, eqs. 6-11), in the clipping modes below (the implementation note's G1-G3,
+revised by issue 33).
 
 Notation (the paper's): w the meta model, theta~ the one-step adapted model, eta the
 inner and beta the outer learning rate, C the clip norm, sigma the noise multiplier (the
@@ -9,17 +10,32 @@ support draws.
 
 ``clip_mode``:
 
-* ``"per_example"`` (default; note G1/G2): Abadi-style per-example DP-SGD in both
-  stages. Inner: ``g^Q = (sum_{x in B_Q} clip_C(grad l(w; x)) + N(0, C^2 sigma^2 I)) /
-  (q^Q n^Q)``, ``theta~ = w - eta g^Q``. Outer: per support example the meta-gradient
-  ``m_x = (I - eta grad^2 l(w; x)) grad l(theta~; x)`` (a Hessian-vector product:
-  ``jax.jvp`` of ``jax.grad``), clipped to C, summed, noised and divided by
-  ``q^S n^S``; ``w <- w - beta g^S``. Query records reach the outer step only through
-  theta~, already private (post-processing), so each stage is exactly one
+* ``"first_order"`` (default; first-order MAML, note 3.4 line 16): Abadi-style
+  per-example DP-SGD in both stages. Inner: ``g^Q = (sum_{x in B_Q} clip_C(grad l(w; x))
+  + N(0, C^2 sigma^2 I)) / (q^Q n^Q)``, ``theta~ = w - eta g^Q``. Outer: per support
+  example ``m_x = clip_C(grad l(theta~; x))``, summed, noised and divided by
+  ``q^S n^S``; ``w <- w - beta g^S``. This is eq. (2)'s meta-gradient with its second
+  factor ``(I - eta grad^2 F_Q(w))`` replaced by I: an O(eta) approximation (Finn et
+  al. 2017, Sec. 5.2; `tests/algorithms/rdp_pfl/test_meta.py` measures its error
+  against autodiff of the MAML objective on distinct query and support data). Why it
+  is the default: the exact factor is the *query batch's* Hessian, so a per-example
+  outer release that used it would read every query record again (each support
+  record's vector would move when a query record is added), and no per-example clip
+  bounds that; the first-order outer release reads query records only through theta~,
+  which is already private (post-processing). So each stage is exactly one
   Poisson-subsampled Gaussian release with noise multiplier sigma under add/remove of
   one record, and a record influences only its own stage's release
-  (`release_groups`). In expectation ``m_x`` is the paper's meta-gradient (the note's
-  G2: E H_S = E H_Q).
+  (`release_groups`).
+* ``"per_example_hessian"`` (the default before issue 33; not the paper's
+  meta-gradient): as ``"first_order"`` with ``m_x = (I - eta grad^2 l(w; x))
+  grad l(theta~; x)``, the Hessian taken on each *support example itself* (a
+  Hessian-vector product: ``jax.jvp`` of ``jax.grad``). Its accounting is the same as
+  first-order's, but ``sum_x m_x`` is not eq. (2): besides ``(I - eta H_S) g2`` it
+  carries ``-eta sum_x grad^2 l(w; x) (grad l(theta~; x) - g2)``, which for small
+  eta points along the gradient of the mean squared per-example gradient norm (issue
+  33's review: cosine 0.996-0.998), so the update climbs that norm; its relative error
+  against the paper's meta-gradient was 15-18% at eta = 0.01 and 68-85% at
+  eta = 0.05 (first-order: 5% and 20%). Kept to reproduce the earlier results.
 * ``"paper"`` (eqs. 6-11 as printed): the *batch-mean* gradient is clipped to C and
   N(0, C^2 sigma^2 I) is added without dividing by the batch (eqs. 6-7); the outer step
   is ``c1 c2 (g2 - eta H_Q g2) + N(0, C^2 sigma^2 I)`` with g2 the support batch's mean
@@ -32,12 +48,15 @@ support draws.
   by C but can move by 2C when one record is added (a batch mean is not a sum), and the
   outer release also reads the query draw: the guarantee this code enforces is weaker
   than the paper's (`release_scales`, `release_groups`).
-* ``"first_order"`` (first-order MAML, note 3.4 line 16; a baseline the paper lacks):
-  as ``"per_example"`` with ``m_x = clip_C(grad l(theta~; x))`` (g1 = I).
 * ``"dp_fedavg"`` (DP-FedAvg with local DP-SGD; a baseline the paper lacks): no meta
   step, the outer step is a plain DP-SGD step from theta~: ``w <- theta~ - beta g^S``
-  with g^S the noisy clipped support gradients at theta~. Same releases and
-  accounting as ``"per_example"``; the target clients personalise the same way.
+  with g^S the noisy clipped support gradients at theta~: two model updates per local
+  epoch. Same releases and accounting as ``"first_order"``; the target clients
+  personalise the same way.
+* ``"dp_fedavg_one_step"`` (the same baseline at MAML's local work: one model update
+  per local epoch): ``w <- w - beta g^S`` with g^S the noisy clipped support gradients
+  at w; the inner release is still made and charged (the same ledger as the other
+  per-example modes) but not used.
 """
 
 from __future__ import annotations
@@ -58,7 +77,8 @@ __all__ = ["PyTree", "ClipMode", "CLIP_MODES", "release_scales", "STAGE_GROUPS",
 
 PyTree = Any
 
-ClipMode = Literal["per_example", "paper", "first_order", "dp_fedavg"]
+ClipMode = Literal["first_order", "paper", "per_example_hessian", "dp_fedavg",
+                   "dp_fedavg_one_step"]
 CLIP_MODES: Tuple[str, ...] = get_args(ClipMode)
 
 
@@ -91,7 +111,7 @@ def release_groups(clip_mode: str) -> Tuple[Tuple[str, ...], ...]:
   or its support set, never both, and keeps that role whatever other records are added
   or removed (`fedjax_dp.algorithms.rdp_pfl.algorithm.rdp_pfl`'s ``query_rows``):
 
-  * per-example modes (``"per_example"``, ``"first_order"``, ``"dp_fedavg"``): a query
+  * per-example modes (every mode but ``"paper"``): a query
     record enters the inner release; the outer release reads only the support draw, w
     and theta~, and theta~ is the inner release itself (noisy), so the outer release is
     post-processing for a query record. A support record enters only the outer
@@ -117,9 +137,10 @@ def example_loss(model) -> Callable:
 
 
 def per_example_meta_gradient(model, theta: PyTree, eta) -> Callable:
-  """``fn(w, (x, y)) -> (m_x, loss)``: one support example's meta-gradient
-  ``m_x = (I - eta grad^2 l(w; x)) grad l(theta~; x)`` (eq. 2 per example; eqs. 10-11
-  with the Hessian on the example, note G2) and its loss at theta~ (the running meta
+  """``fn(w, (x, y)) -> (m_x, loss)``: ``clip_mode="per_example_hessian"``'s vector of
+  one support example, ``m_x = (I - eta grad^2 l(w; x)) grad l(theta~; x)`` (eq. 2
+  with the Hessian on the example itself, not on the query batch: not the paper's
+  meta-gradient, see the module docstring) and its loss at theta~ (the running meta
   loss, note E4). The Hessian-vector product is forward-over-reverse
   (``jax.jvp(jax.grad(l), (w,), (v,))``): no Hessian is formed."""
   loss = example_loss(model)
@@ -208,8 +229,9 @@ class StageStats(NamedTuple):
   Attributes:
     loss_sum: per-example losses summed (inner: at w; outer: at theta~, note E4 (i)).
     rows: rows processed.
-    clipped: rows (per-example modes) or batches (paper mode) whose norm exceeded the
-      bound.
+    clipped: rows whose vector (per-example modes) or whose batch's vector (paper
+      mode: every row of a clipped batch) exceeded the bound, so ``clipped / rows`` is
+      the fraction of rows clipped in every mode.
     nonfinite: rows whose vector was NaN/Inf (zeroed).
     truncated: sampled rows dropped by the static batch cap.
   """
@@ -235,7 +257,7 @@ class StageConfig(NamedTuple):
 def local_epoch(model, w: PyTree, x, y, query_mask, support_mask, key, *, eta, beta,
                 clip_norm, noise_multiplier, q_query, q_support, denom_query,
                 denom_support, query_cfg: StageConfig, support_cfg: StageConfig,
-                clip_mode: str = "per_example", per_example_method: str = "auto",
+                clip_mode: str = "first_order", per_example_method: str = "auto",
                 power_iterations: int = 20) -> Tuple[PyTree, StageStats]:
   """One local epoch of Algorithm 1 (lines 7-8): the DP inner step (eqs. 6-7) then the
   DP outer step (eqs. 8-11) in ``clip_mode`` (module docstring).
@@ -281,8 +303,12 @@ def local_epoch(model, w: PyTree, x, y, query_mask, support_mask, key, *, eta, b
     fn = grad_clipped_sum(model, per_example_method, at=theta)
   elif clip_mode == "dp_fedavg":  # plain DP-SGD from theta~
     fn, base = grad_clipped_sum(model, per_example_method), theta
-  else:
+  elif clip_mode == "dp_fedavg_one_step":  # plain DP-SGD from w; theta~ unused
+    fn = grad_clipped_sum(model, per_example_method)
+  elif clip_mode == "per_example_hessian":
     fn = meta_clipped_sum(model, theta, eta)
+  else:
+    raise ValueError(f"clip_mode must be one of {CLIP_MODES}, got {clip_mode!r}")
   g_s, st_s = dp_sgd.noisy_clipped_sum(
       k_s, fn, base, x, y, support_mask, q_support, clip_norm, noise_multiplier,
       max_batch_size=support_cfg.max_batch_size,
@@ -344,11 +370,12 @@ def _paper_epoch(model, w, x, y, query_mask, support_mask, k_q, k_s, k_pow, *, e
   prod, over_p, finite_p = _clip_to(prod, clip_norm)
   w_new = jax.tree_util.tree_map(lambda a, b: a - beta * b, w,
                                  noise.add_gaussian_noise(ks_noise, prod, sigma_c))
-  st_q = dp_sgd.DrawStats(loss_q * nq, nq, clipped_q.astype(jnp.float32),
+  # A clipped batch counts all its rows, so clipped / rows is a fraction of rows.
+  st_q = dp_sgd.DrawStats(loss_q * nq, nq, clipped_q.astype(jnp.float32) * nq,
                           (~finite_q).astype(jnp.int32),
                           jnp.maximum(dq - query_cfg.max_batch_size, 0))
   st_s = dp_sgd.DrawStats(loss_s * ns, ns,
-                          ((c1 < 1) | (c2 < 1) | over_p).astype(jnp.float32),
+                          ((c1 < 1) | (c2 < 1) | over_p).astype(jnp.float32) * ns,
                           (~(finite_s & finite_p)).astype(jnp.int32),
                           jnp.maximum(ds - support_cfg.max_batch_size, 0))
   return w_new, _stack(st_q, st_s)

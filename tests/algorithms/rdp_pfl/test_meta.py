@@ -1,4 +1,4 @@
-"""Paper 003's local epoch (eqs. 6-11): the three clipping modes against independent
+"""Paper 003's local epoch (eqs. 6-11): the clipping modes against independent
 references, the clipping bounds, the noise scale and the Poisson draws."""
 
 import jax
@@ -59,14 +59,96 @@ def test_paper_mode_without_clipping_or_noise_is_the_maml_gradient(setup):
   _close(g, jax.grad(maml)(w))
 
 
-def test_per_example_mode_is_the_per_example_maml_gradient(setup):
+def _mean_loss(model):
+  def f(p, xs, ys):
+    return jnp.mean(model.per_example_loss(model.apply(p, xs), ys))
+  return f
+
+
+def _tree(fn, *trees):
+  return jax.tree_util.tree_map(fn, *trees)
+
+
+@pytest.mark.parametrize("eta", [0.01, 0.05, 0.3])
+def test_each_mode_against_the_exact_meta_gradient_on_distinct_sets(setup, eta):
+  """Issue 33: query (rows 0-4) and support (rows 5-11) are different examples, C = inf,
+  sigma = 0, q = 1. The exact MAML update (autodiff of F_S(w - eta grad F_Q(w))) is
+  w - beta M. Independently of `meta`:
+
+  * first_order is w - beta g2, so it differs from the exact update by exactly
+    -beta eta H_Q g2 (H_Q the query batch's Hessian at w): an O(eta) error;
+  * per_example_hessian is w - beta mean_x (I - eta H_x) g_x(theta~), so it differs
+    from the exact update by beta eta (mean_x H_x g_x - H_Q g2): the Hessians of the
+    support examples in place of the query batch's, not eq. (2);
+  * paper mode equals the exact update.
+  """
+  model, w, x, y = setup
+  qmask, smask = jnp.arange(12) < 5, jnp.arange(12) >= 5
+  f = _mean_loss(model)
+  loss = meta.example_loss(model)
+  beta = 0.7
+
+  def maml(p):
+    theta = _tree(lambda a, g: a - eta * g, p, jax.grad(f)(p, x[:5], y[:5]))
+    return f(theta, x[5:], y[5:])
+
+  exact = _tree(lambda a, g: a - beta * g, w, jax.grad(maml)(w))
+  theta = _tree(lambda a, g: a - eta * g, w, jax.grad(f)(w, x[:5], y[:5]))
+  g2 = jax.grad(f)(theta, x[5:], y[5:])
+  h_q_g2 = jax.jvp(lambda p: jax.grad(f)(p, x[:5], y[:5]), (w,), (g2,))[1]
+  per_h = [jax.jvp(lambda p, i=i: jax.grad(loss)(p, x[i], y[i]), (w,),
+                   (jax.grad(loss)(theta, x[i], y[i]),))[1] for i in range(5, 12)]
+  mean_h = _tree(lambda *v: sum(v) / 7, *per_h)
+
+  first, _ = _epoch(model, w, x, y, qmask, smask, "first_order", eta=eta, beta=beta)
+  _close(_tree(jnp.subtract, first, exact), _tree(lambda v: -beta * eta * v, h_q_g2), 1e-5)
+  hess, _ = _epoch(model, w, x, y, qmask, smask, "per_example_hessian", eta=eta, beta=beta)
+  _close(_tree(jnp.subtract, hess, exact),
+         _tree(lambda a, b: beta * eta * (a - b), mean_h, h_q_g2), 1e-5)
+  paper, _ = _epoch(model, w, x, y, qmask, smask, "paper", eta=eta, beta=beta)
+  _close(paper, exact, 1e-5)
+  # The cases differ here (a test on data where they coincide would prove nothing).
+  assert float(clipping.global_norm(h_q_g2)) > 1e-3
+  assert float(clipping.global_norm(_tree(jnp.subtract, mean_h, h_q_g2))) > 1e-3
+
+
+def test_dp_fedavg_one_step_is_one_support_gradient_step_from_w(setup):
+  model, w, x, y = setup
+  qmask, smask = jnp.arange(12) < 5, jnp.arange(12) >= 5
+  new_w, _ = _epoch(model, w, x, y, qmask, smask, "dp_fedavg_one_step")
+  ref = _tree(lambda a, g: a - 0.7 * g, w, jax.grad(_mean_loss(model))(w, x[5:], y[5:]))
+  _close(new_w, ref)
+
+
+def test_paper_mode_clip_fraction_counts_rows_of_clipped_batches(setup):
+  """C tiny clips every batch: clipped / rows is 1 in paper mode, as in per-example
+  modes (issue 33: it read 1 / batch size)."""
+  model, w, x, y = setup
+  qmask, smask = jnp.arange(12) < 5, jnp.arange(12) >= 5
+  for mode in ("paper", "first_order"):
+    _, st = _epoch(model, w, x, y, qmask, smask, mode, c=1e-4)
+    np.testing.assert_allclose(np.asarray(st.clipped) / np.asarray(st.rows), [1.0, 1.0])
+
+
+def test_the_old_mode_name_is_refused_with_its_new_name():
+  from fedjax_dp.algorithms.rdp_pfl.algorithm import rdp_pfl
+  from fedjax_dp.data.federated_data import FederatedData
+  from fedjax_dp.validation import FedJaxDpError
+  model = create_model("mlp", (6,), 3, hidden=(5,))
+  fd = FederatedData("t", np.zeros((1, 4, 6), np.float32), np.zeros((1, 4), np.int32),
+                     np.array([4]), 3)
+  with pytest.raises(FedJaxDpError, match="per_example_hessian"):
+    rdp_pfl(model, fd, clip_mode="per_example")
+
+
+def test_per_example_hessian_mode_is_the_per_example_maml_gradient(setup):
   """Query = support = one example: the per-example meta-gradient is exactly
   grad_w l(w - eta grad l(w; x); x) (eq. 2 for that example)."""
   model, w, x, y = setup
   xx = jnp.stack([x[3], x[3]])
   yy = jnp.stack([y[3], y[3]])
   qmask, smask = jnp.array([True, False]), jnp.array([False, True])
-  new_w, _ = _epoch(model, w, xx, yy, qmask, smask, "per_example")
+  new_w, _ = _epoch(model, w, xx, yy, qmask, smask, "per_example_hessian")
   loss = meta.example_loss(model)
 
   def maml(p):
@@ -81,7 +163,7 @@ def test_per_example_mode_matches_a_loop_over_examples(setup):
   model, w, x, y = setup
   qmask, smask = jnp.arange(12) < 6, jnp.arange(12) >= 6
   c, eta, beta = 0.05, 0.3, 0.7
-  new_w, st = _epoch(model, w, x, y, qmask, smask, "per_example", c=c)
+  new_w, st = _epoch(model, w, x, y, qmask, smask, "per_example_hessian", c=c)
   loss = meta.example_loss(model)
   grads = [jax.grad(loss)(w, x[i], y[i]) for i in range(6)]
   gq = jax.tree_util.tree_map(lambda *g: sum(g) / 6,
@@ -110,12 +192,13 @@ def test_first_order_mode_drops_the_hessian(setup):
   theta = jax.tree_util.tree_map(lambda a, g: a - 0.3 * g, w, jax.grad(f)(w, x[:5], y[:5]))
   ref = jax.tree_util.tree_map(lambda a, g: a - 0.7 * g, w, jax.grad(f)(theta, x[5:], y[5:]))
   _close(new_w, ref)
-  second, _ = _epoch(model, w, x, y, qmask, smask, "per_example")
+  second, _ = _epoch(model, w, x, y, qmask, smask, "per_example_hessian")
   diff = clipping.global_norm(jax.tree_util.tree_map(jnp.subtract, new_w, second))
   assert float(diff) > 1e-4  # the Hessian term matters at eta = 0.3
 
 
-@pytest.mark.parametrize("mode", ["per_example", "paper", "first_order"])
+@pytest.mark.parametrize("mode", ["per_example_hessian", "paper", "first_order",
+                                  "dp_fedavg_one_step"])
 def test_each_step_is_bounded_by_the_clip_norm_before_noise(setup, mode):
   """Without noise the outer step moves w by at most beta C (per-example: the mean of
   vectors clipped to C; paper: the product of two factors clipped to sqrt(C))."""
@@ -134,7 +217,7 @@ def test_noise_has_the_stated_scale(setup):
   model, w, x, y = setup
   qmask, smask = np.arange(12) < 6, np.arange(12) >= 6
   p = sum(int(np.prod(l.shape)) for l in jax.tree_util.tree_leaves(w))
-  for mode, per_coord in (("per_example", 3.0 * 1e-3 / 6), ("paper", 3.0 * 1e-3)):
+  for mode, per_coord in (("first_order", 3.0 * 1e-3 / 6), ("paper", 3.0 * 1e-3)):
     # One compiled epoch per mode, called with 40 seeds (op by op it took 17 s).
     epoch = jax.jit(lambda k, mode=mode: _epoch(model, w, x, y, qmask, smask, mode, c=1e-3,
                                                 sigma=3.0, beta=1.0, eta=1e-6, key=k)[0])
@@ -180,7 +263,7 @@ def test_spectral_norm_matches_eigendecomposition():
 
 
 def test_release_scales():
-  assert meta.release_scales("per_example") == (1.0, 1.0)
+  assert meta.release_scales("per_example_hessian") == (1.0, 1.0)
   assert meta.release_scales("first_order") == (1.0, 1.0)
   q, s = meta.release_scales("paper")
   assert q == pytest.approx(1 / (2 * np.sqrt(2))) and s == 0.5
