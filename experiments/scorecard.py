@@ -23,6 +23,10 @@ is one of ``holds``, ``fails`` or ``inconclusive`` and is computed, never typed 
 * **within tol** (``|a - b| <= tol``, or ours against the paper's number): holds when
   the CI lies inside ``[-tol, tol]``, fails when it lies outside, inconclusive
   otherwise;
+* **not worse by more than tol** (``a >= b - tol``, non-inferiority: "compares
+  favourably", "within a point of the best" when being better is fine): holds when the
+  CI of ``a - b`` lies above ``-tol``, fails when it lies below, inconclusive
+  otherwise;
 * fewer than `MIN_SEEDS` seeds on either side make any rule's verdict
   ``inconclusive`` (the detail says what the rule would have said).
 
@@ -43,6 +47,7 @@ from scipy import stats
 
 __all__ = ["MIN_SEEDS", "LEVEL", "VERDICTS", "CAUSES", "Summary", "Verdict", "Row",
            "summarize", "difference", "greater", "monotone", "inverted_u", "within",
+           "not_worse",
            "matches_value", "render", "write", "fmt"]
 
 #: The standard's minimum number of seeds per setting.
@@ -229,6 +234,25 @@ def within(a: Sequence[float], b: Sequence[float], tol: float, *, seeds_a=None,
     raise ValueError(f"tol must be >= 0, got {tol}")
   d = difference(a, b, seeds_a=seeds_a, seeds_b=seeds_b)
   return _interval_vs_band(d, tol, "a - b")
+
+
+def not_worse(a: Sequence[float], b: Sequence[float], tol: float, *, seeds_a=None,
+              seeds_b=None) -> Verdict:
+  """The claim ``a >= b - tol`` (non-inferiority): holds if the CI of ``a - b`` lies
+  above ``-tol``, fails if it lies below ``-tol``, else inconclusive."""
+  if tol < 0:
+    raise ValueError(f"tol must be >= 0, got {tol}")
+  d = difference(a, b, seeds_a=seeds_a, seeds_b=seeds_b)
+  if math.isnan(d.lo):
+    return Verdict("inconclusive", f"a - b = {d.mean:+.4g} with no CI (n = {d.n})")
+  text = f"a - b = {d.mean:+.4g}, 95% CI {_ci(d)} ({d.kind}) vs -{tol:g}"
+  if d.lo > -tol:
+    v = Verdict("holds", text + ": above")
+  elif d.hi < -tol:
+    v = Verdict("fails", text + ": below")
+  else:
+    v = Verdict("inconclusive", text + ": straddles it")
+  return _enough(v, d.n)
 
 
 def matches_value(values: Sequence[float], paper_value: float, tol: float) -> Verdict:

@@ -12,14 +12,16 @@ multiplier calibrated by its own accounting to the same target epsilon (`fedjax-
 to the same epsilon *with* amplification, is the reference.
 
 Usage:
-  python experiments/dp_ftrl/compare.py            # full: 100 rounds, eps 2 4 8 16, 3 seeds
+  python experiments/dp_ftrl/compare.py            # full: 100 rounds, eps 2 4 8 16, 5 seeds
   python experiments/dp_ftrl/compare.py --quick    # CI: 10 rounds, eps 8, 1 seed, 200 clients
+  python experiments/dp_ftrl/compare.py --resume   # only the runs not yet saved
+  python experiments/dp_ftrl/compare.py --report-only   # no training: markdown, figure
   python experiments/dp_ftrl/compare.py --out DIR/compare.json
 
-Writes ``compare.json`` (every run), ``compare.md`` (the table and a verdict per epsilon)
-and ``compare.png`` (accuracy vs epsilon) into the results folder
-(default ``experiments/dp_ftrl/results``); each finished run is saved at once
-(``--resume`` skips runs already saved).
+Writes ``compare.json`` (every run), ``compare.md`` (mean and 95% CI per mechanism and
+epsilon; the verdicts are ``scorecard.py``'s, from the same file) and ``compare.png``
+(accuracy vs epsilon) into the results folder (default ``experiments/dp_ftrl/results``);
+each finished run is saved at once (``--resume`` skips runs already saved).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from results_store import Results, plot  # noqa: E402  (also enables the compile cache)
+import scorecard  # noqa: E402  (experiments/scorecard.py)
 
 from fedjax_dp.data import load_dataset  # noqa: E402
 from fedjax_dp.runs import RunConfig, run  # noqa: E402
@@ -51,7 +54,7 @@ def settings(quick: bool) -> Dict:
   if quick:
     return dict(num_clients=200, rounds=10, cycle_length=5, epsilons=(8.0,), seeds=(0,))
   return dict(num_clients=1000, rounds=100, cycle_length=20, epsilons=(2.0, 4.0, 8.0, 16.0),
-              seeds=(0, 1, 2))
+              seeds=(0, 1, 2, 3, 4))
 
 
 def run_config(kind: str, eps: float, seed: int, s: Dict) -> Dict:
@@ -67,21 +70,6 @@ def run_config(kind: str, eps: float, seed: int, s: Dict) -> Dict:
   return dict(common, algorithm="dp_ftrl", mechanism=kind, cycle_length=s["cycle_length"])
 
 
-def verdict(correlated: List[float], independent: List[float]) -> str:
-  """``"holds"`` when the better correlated mechanism's mean accuracy is above the
-  independent noise's by more than the larger seed std of the two, ``"fails"`` when it is
-  below by more than that, ``"tie"`` otherwise (a difference within seed noise)."""
-  def spread(xs):
-    return statistics.stdev(xs) if len(xs) > 1 else 0.0
-  diff = statistics.mean(correlated) - statistics.mean(independent)
-  margin = max(spread(correlated), spread(independent))
-  if diff > margin:
-    return "holds"
-  if diff < -margin:
-    return "fails"
-  return "tie"
-
-
 def _stats(runs, kind, eps):
   accs = [r["final_accuracy"] for r in runs if r["kind"] == kind and r["epsilon"] == eps]
   if not accs:
@@ -90,7 +78,8 @@ def _stats(runs, kind, eps):
 
 
 def report(runs: List[Dict], s: Dict, majority: float) -> str:
-  """The markdown table with a verdict per epsilon."""
+  """The markdown table: final accuracy, mean [95% CI] (n seeds), per mechanism and
+  epsilon (the verdicts are in ``scorecard.py``'s table)."""
   seeds = len(s["seeds"])
   lines = [
       f"Fashion-MNIST, {s['num_clients']} clients (Dirichlet(0.5) label skew), MLP (64), "
@@ -100,25 +89,19 @@ def report(runs: List[Dict], s: Dict, majority: float) -> str:
       f"client in {-(-s['rounds'] // s['cycle_length'])} rounds; tree restarted every R "
       f"rounds, banded C with b = R bands (optimised for prefix sums); DP-FedAvg: Poisson "
       f"q = 1/R (amplified). Noise calibrated per mechanism to each target epsilon; final "
-      f"test accuracy, mean +- std over {seeds} seed(s) (sample std). Majority class "
-      f"{majority:.3f}.", "",
-      "| epsilon | " + " | ".join(LABELS[k] for k in (*MECHANISMS, "dp_fedavg"))
-      + " | correlated beats independent |",
-      "|---|" + "---|" * (len(MECHANISMS) + 2)]
+      f"test accuracy, mean [95% Student-t CI] (n = the cell's seeds; the settings ask "
+      f"for {seeds}). Majority class {majority:.3f}. Verdicts: results/scorecard.md.", "",
+      "| epsilon | " + " | ".join(LABELS[k] for k in (*MECHANISMS, "dp_fedavg")) + " |",
+      "|---|" + "---|" * (len(MECHANISMS) + 1)]
   for eps in s["epsilons"]:
     cells = []
     for kind in (*MECHANISMS, "dp_fedavg"):
       st = _stats(runs, kind, eps)
       z = next((r["noise_multiplier"] for r in runs
                 if r["kind"] == kind and r["epsilon"] == eps), None)
-      cells.append("-" if st is None else f"{st[0]:.3f} +- {st[1]:.3f} (z {z:.2f})")
-    tree, banded, ind = (_stats(runs, k, eps) for k in MECHANISMS)
-    v = "-"
-    if tree and banded and ind:
-      best = tree if tree[0] >= banded[0] else banded
-      which = "tree" if best is tree else "banded"
-      v = f"**{verdict(best[2], ind[2])}** ({which} {best[0] - ind[0]:+.3f})"
-    lines.append(f"| {eps:g} | " + " | ".join(cells) + f" | {v} |")
+      cells.append("-" if st is None else
+                   f"{scorecard.fmt(scorecard.summarize(st[2]))} (z {z:.2f})")
+    lines.append(f"| {eps:g} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 
@@ -127,6 +110,8 @@ def main(argv: Optional[List[str]] = None):
   p.add_argument("--quick", action="store_true", help="CI size: 10 rounds, 1 seed")
   p.add_argument("--out", default=os.path.join(HERE, "results", "compare.json"))
   p.add_argument("--resume", action="store_true", help="skip runs already in --out")
+  p.add_argument("--report-only", action="store_true",
+                 help="no training: rewrite the markdown and figure from --out's runs")
   args = p.parse_args(argv)
   logging.getLogger("fedjax_dp.privacy.accountants").setLevel(logging.ERROR)
   s = settings(args.quick)
@@ -135,8 +120,8 @@ def main(argv: Optional[List[str]] = None):
   res = Results(args.out, {"settings": {k: list(v) if isinstance(v, tuple) else v
                                         for k, v in s.items()},
                            "quick": args.quick, "majority_class_accuracy": majority,
-                           "dataset": data.describe()}, resume=args.resume)
-  for eps in s["epsilons"]:
+                           "dataset": data.describe()}, resume=args.resume or args.report_only)
+  for eps in () if args.report_only else s["epsilons"]:
     for kind in (*MECHANISMS, "dp_fedavg"):
       for seed in s["seeds"]:
         if res.has(kind=kind, epsilon=eps, seed=seed):

@@ -1,7 +1,8 @@
 """Issue 20's DP-FTRL experiment (experiments/dp_ftrl/compare.py), CI-reduced (``--quick``:
 200 clients, 10 rounds, one target epsilon, one seed) on the real Fashion-MNIST through
 ``fedjax-dp run``: every mechanism's noise is calibrated to the same epsilon by its own
-accounting, the markdown marks the claim, the figure is written."""
+accounting, the markdown has each mean with its CI, the figure is written, the
+scorecard reads the results."""
 
 import json
 import math
@@ -33,12 +34,9 @@ def test_quick_run_writes_results_with_verdicts(tmp_path):
   assert z["banded"] == pytest.approx(z["independent"], rel=1e-3)
   assert z["dp_fedavg"] < z["independent"]                      # amplified by sampling
   md = (tmp_path / "compare.md").read_text()
-  assert "**holds**" in md or "**fails**" in md or "**tie**" in md
+  assert "mean [95% Student-t CI]" in md and "(n = 1)" in md
   assert os.path.exists(tmp_path / "compare.png")
-
-
-def test_verdict_marks_margins_beyond_seed_spread():
-  mod = load_script("dp_ftrl", "compare")
-  assert mod.verdict([0.80, 0.81, 0.82], [0.70, 0.71, 0.72]) == "holds"
-  assert mod.verdict([0.70, 0.71, 0.72], [0.80, 0.81, 0.82]) == "fails"
-  assert mod.verdict([0.70, 0.75, 0.80], [0.72, 0.74, 0.76]) == "tie"
+  # The scorecard reads what the run stored: one seed, so every verdict is inconclusive.
+  rows = load_script("dp_ftrl", "scorecard").main(
+      ["--results", str(out), "--out", str(tmp_path / "scorecard")])
+  assert len(rows) == 4 and {r.verdict.verdict for r in rows} == {"inconclusive"}

@@ -113,6 +113,16 @@ def test_within_and_matches_value():
                    seeds_b=seeds).verdict == "fails"
   wide = [0.7, 0.9, 0.75, 0.85, 0.8]
   assert sc.within(wide, a, 0.01).verdict == "inconclusive"
+  # Non-inferiority: better by any amount holds (within would fail), a CI
+  # straddling -tol is inconclusive, a CI below it fails.
+  better = [x + 0.05 for x in a]
+  assert sc.not_worse(better, a, 0.01, seeds_a=seeds, seeds_b=seeds).verdict == "holds"
+  assert sc.within(better, a, 0.01, seeds_a=seeds, seeds_b=seeds).verdict == "fails"
+  assert sc.not_worse([x - 0.05 for x in a], a, 0.01, seeds_a=seeds,
+                      seeds_b=seeds).verdict == "fails"
+  jitter = [-0.012, -0.006, -0.010, -0.004, -0.011]
+  assert sc.not_worse([x + j for x, j in zip(a, jitter)], a, 0.01, seeds_a=seeds,
+                      seeds_b=seeds).verdict == "inconclusive"
   assert sc.matches_value(a, 0.80, 0.01).verdict == "holds"
   assert sc.matches_value(a, 0.90, 0.01).verdict == "fails"
   assert sc.matches_value(wide, 0.80, 0.01).verdict == "inconclusive"
