@@ -23,6 +23,8 @@ Usage:
   python experiments/amplitude_varying/fig3_table2_horizon.py --fig4        # Fig. 4
   python experiments/amplitude_varying/fig3_table2_horizon.py --cnn [--fig4]  # Fig. 8 / 10
   python experiments/amplitude_varying/fig3_table2_horizon.py --svm [--fig4]  # Fig. 7 / 9
+  python experiments/amplitude_varying/fig3_table2_horizon.py --fig4 --m-grid 30 --seeds 5
+                                                   # Fig. 4 at M = 30 only: fig4_m30.*
   python experiments/amplitude_varying/fig3_table2_horizon.py --quick       # CI
 
 Writes ``results/fig3.json|png|md`` (``fig4.*``, ``fig8.*``, ``fig10.*``); each finished
@@ -57,6 +59,9 @@ def main(argv=None) -> int:
   p.add_argument("--svm", action="store_true", help="linear SVM on Adult (Figs. 7 and 9)")
   p.add_argument("--clip-norm", type=float, default=None,
                  help="parameter clip C (default: the paper's 5; 20 with --cnn)")
+  p.add_argument("--m-grid", type=lambda s: tuple(int(v) for v in s.split(",")),
+                 default=None, help="M values to run, e.g. 30 or 14,17,20 (default: the "
+                 "figure's grid); another grid writes <name>_m<values>.json")
   a = p.parse_args(argv)
   grid, test_size, model, extra = M_GRID, None, "mlp32", {}
   name = "fig4" if a.fig4 else "fig3"
@@ -74,6 +79,9 @@ def main(argv=None) -> int:
   if a.svm:
     name = "fig9" if a.fig4 else "fig7"
     grid, model, a.dataset, extra = SVM_M_GRID, "svm", "adult", dict(learning_rate=0.1)
+  if a.m_grid is not None and tuple(a.m_grid) != tuple(grid):
+    grid = tuple(a.m_grid)
+    name += "_m" + "-".join(str(m) for m in grid)
   if a.report_only:
     res = common.stored_results(os.path.join(a.out, f"{name}.json"))
     summarize(res, a.out, name, res.meta["setup"], a.fig4 or a.cnn or a.svm)
@@ -90,6 +98,8 @@ def main(argv=None) -> int:
     a.seeds, grid, test_size, configs = 1, (1, 3), 1000, configs[:2] + configs[-1:]
     if a.cnn:  # one compiled LeNet-5 program (Gaussian only): CI's time is short
       grid, configs = (1, 2), configs[:2]
+    if a.m_grid is not None:  # the named file holds the grid asked for
+      grid = tuple(a.m_grid)
   setup = common.Setup(a.dataset, model=model, test_size=test_size)
   res = common.open_results(os.path.join(a.out, f"{name}.json"), dict(
       figure={"fig3": "Fig. 3 + Table II", "fig4": "Fig. 4", "fig8": "Fig. 8 (FMNIST)",

@@ -1,29 +1,31 @@
-"""The paper's claims checked against our runs, and the noise / epsilon table (paper 000).
+"""The scorecard of paper 000 (PADPFL) from the stored runs, and the noise / epsilon table.
 
-Reads the JSON files that `scenarios.py` wrote and writes ``claims.md`` (every claim of
-the paper's Sec. VI with final and best test loss, mean ± std over seeds, the number of
-seeds in which it holds, and a verdict), ``noise.md`` (sigma_C, sigma_AC, sigma_S,
-sigma_A and the paper's epsilon beside the accountant's, conditional and guaranteed, per
-configuration) and ``claims.json`` (the same numbers, machine-readable). Nothing is
-trained: every number comes from the run files (the guarantee epsilons of files written
-before issue 13 are computed from the stored configuration when they are loaded,
-`padpfl_common.migrate_run`).
+Reads the JSON files that `scenarios.py` wrote and writes, training nothing:
 
-Claims (note 000, section 8.2):
+* ``scorecard.{json,md}``: every claim of the paper's Sec. VI as a row of the reproduction
+  standard (`experiments/scorecard.py`): the paper's statement, ours as mean and 95% CI
+  over the seeds (both settings and their paired difference), the verdict computed by
+  `scorecard.greater` and the cause of any difference;
+* ``noise.md``: sigma_C, sigma_AC, sigma_S, sigma_A and the paper's epsilon beside the
+  accountant's, conditional and guaranteed, per configuration;
+* ``tables.md``: the lowest loss of each non-private sweep, the H = 256 ablation and the
+  training wall time.
+
+Claims (note 000, section 8.2), each "loss(A) < loss(B)" on the final test loss
+(cross-entropy on the clean test set at T = 30, note A8):
   (a) non-private: the paper's named assignment (0-1-2, 0-2-1, 1-3-5, adaptive
-      0-1-2 -> 2-1-0) has a lower loss than equal p, in every scenario;
+      0-1-2 -> 2-1-0) beats equal p, in every scenario;
   (b) private, scenarios 1-3: loss(personalised, eps 20) < loss(personalised, eps 5)
-      < loss(equal p, eps 20); also, at equal epsilon, personalised < equal;
-  (c) scenario 4: adaptive p beats fixed 0-1-2 and equal p without DP; with DP,
-      eps 20 beats eps 5 (and, our addition, adaptive beats equal p at equal epsilon).
+      < loss(equal p, eps 20);
+  (c) scenario 4: adaptive p beats fixed 0-1-2 without DP; with DP, eps 20 beats eps 5
+      and adaptive at eps 5 beats equal p at eps 20;
+  (equal eps) personalised beats equal p at the same epsilon (stated for scenarios 2
+      and 3, Figs. 5 and 7; our addition in scenarios 1 and 4).
 
-Verdict of "A < B" (`verdict`): each of the two losses (final, best) orders A below B
-when B's mean exceeds A's by more than the standard error of the difference of the means
-(sample standard deviations, ddof = 1), above B when A's exceeds B's by as much, and
-neither ("=") otherwise. *holds* when both losses order A below B, *mixed* when one does,
-*tie* when both are within that noise, *fails* otherwise (neither below, at least one
-above). "k/n seeds" counts the seeds whose final test loss orders A < B (runs are paired by
-seed: same parts, data and initial model).
+Verdict of "A < B": `scorecard.greater(loss_B, loss_A, margin=0)` paired by seed (every
+curve of a seed shares its parts, client data and initial model): *holds* when the 95% CI
+of loss_B - loss_A lies above 0, *fails* when it lies below 0, *inconclusive* otherwise
+or with fewer than `scorecard.MIN_SEEDS` seeds.
 
 Usage:
   python experiments/padpfl/report.py                 # reads and writes results/
@@ -33,11 +35,10 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,11 +46,19 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 import padpfl_common as common  # noqa: E402  (a unique name: amplitude_varying has a common.py)
-from fedjax_dp.validation import FedJaxDpError  # noqa: E402
+import scorecard as sc  # noqa: E402  (experiments/scorecard.py)
 
 EQUAL = "1-1-1"
 PERSONALIZED = {1: "0-1-2", 2: "0-2-1", 3: "1-3-5", 4: "0-1-2>2-1-0"}
+#: The metric every claim is judged on.
+METRIC = "final_test_loss"
+#: The commit whose noise draw changed every noise-bearing run's random stream (the
+#: distribution is unchanged): private runs stored before it are not the current code's.
+NOISE_DRAW_COMMIT = "e7be6d8"
+#: The results files whose private runs were all (re-)trained after that change.
+CURRENT_PRIVATE_RUNS = ("scenario1_fashion_mnist",)
 
 
 class Runs:
@@ -78,148 +87,138 @@ def name_of(ratio: str, epsilon: Optional[float]) -> str:
   return f"{n}, ε={epsilon:g}" if epsilon is not None else f"{n} (non-private)"
 
 
-#: The verdicts of "A < B" (`verdict`).
-HOLDS, MIXED, TIE, FAILS = "holds", "mixed", "tie", "fails"
+class Claim(NamedTuple):
+  """One "loss(A) < loss(B)" claim: ``a`` and ``b`` are (ratio, epsilon or None). (A
+  NamedTuple, not a dataclass: the tests load this script without registering it.)"""
+  tag: str
+  scenario: int
+  a: Tuple[str, Optional[float]]
+  b: Tuple[str, Optional[float]]
+  paper: str
+  #: The cause when the claim fails at >= MIN_SEEDS seeds.
+  cause_if_fails: str = "our reconstruction"
 
 
-def order(a: Sequence[float], b: Sequence[float], min_margin: float = 0.0) -> str:
-  """How the mean of ``a`` compares with the mean of ``b``, allowing for seed noise.
-
-  Args:
-    a, b: per-seed values of one loss (floats; None and non-finite values are dropped).
-    min_margin: the smallest difference of the means that counts (same unit as the
-      values, >= 0); the tolerance is the larger of it and the standard error of the
-      difference of the means, ``sqrt(s_a^2 / n_a + s_b^2 / n_b)``, with the sample
-      standard deviations (ddof = 1; a side with one value contributes 0).
-
-  Returns:
-    ``"<"`` when ``mean(b) - mean(a)`` exceeds the tolerance, ``">"`` when
-    ``mean(a) - mean(b)`` does, ``"="`` otherwise (a difference within the tolerance).
-
-  Raises:
-    FedJaxDpError: a side with no finite value, or a negative or non-finite
-      ``min_margin``.
-  """
-  if not (math.isfinite(min_margin) and min_margin >= 0):
-    raise FedJaxDpError(f"min_margin must be a finite number >= 0, got {min_margin!r}",
-                        option="min_margin")
-  stats = []
-  for name, v in (("a", a), ("b", b)):
-    m, s, n = common.mean_std(v)
-    if n == 0:
-      raise FedJaxDpError(f"{name} has no finite value (got {list(v)!r}); a comparison "
-                          "needs at least one run on each side", option=name)
-    stats.append((m, s, n))
-  (ma, sa, na), (mb, sb, nb) = stats
-  tol = max(min_margin, math.sqrt(sa**2 / na + sb**2 / nb))
-  if mb - ma > tol:
-    return "<"
-  if ma - mb > tol:
-    return ">"
-  return "="
+#: Why every private "personalised beats equal p" comparison can fail here (README).
+_NOISE_CAUSE = ("paper: its eq. (13) makes the aggregate noise sigma_A proportional to "
+                "max p, so the personalised p gets {x} equal p's noise; the data-quality "
+                "gain without DP is smaller than that cost at our (unstated) H, B, tau")
 
 
-def verdict(a_final: Sequence[float], b_final: Sequence[float], a_best: Sequence[float],
-            b_best: Sequence[float], min_margin: float = 0.0) -> str:
-  """The verdict of the claim "A has a lower loss than B" from per-seed losses.
-
-  Each loss (final and best test loss, per seed) is ordered by `order`. Returns `HOLDS`
-  when both order A below B, `MIXED` when exactly one does, `TIE` when both differences
-  are within the tolerance, and `FAILS` otherwise (neither orders A below B and at least
-  one orders it above). Raises FedJaxDpError as `order` does.
-  """
-  of = order(a_final, b_final, min_margin)
-  ob = order(a_best, b_best, min_margin)
-  if of == ob == "<":
-    return HOLDS
-  if "<" in (of, ob):
-    return MIXED
-  if of == ob == "=":
-    return TIE
-  return FAILS
-
-
-def compare(a: List[Dict[str, Any]], b: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-  """``A < B`` on final and best test loss (`verdict`); None when either side has no
-  runs. Runs are dicts with ``seed``, ``final_test_loss`` and ``best_test_loss``."""
-  if not a or not b:
-    return None
-  out = {}
-  for k in ("final_test_loss", "best_test_loss"):
-    ma, sa, _ = common.mean_std([r[k] for r in a])
-    mb, sb, _ = common.mean_std([r[k] for r in b])
-    o = order([r[k] for r in a], [r[k] for r in b])
-    out[k] = dict(a=(ma, sa), b=(mb, sb), order=o, holds=o == "<")
-  by_seed_b = {r["seed"]: r["final_test_loss"] for r in b}
-  paired = [(r["final_test_loss"], by_seed_b[r["seed"]]) for r in a if r["seed"] in by_seed_b]
-  out["seeds_won"] = sum(1 for x, y in paired if x < y)
-  out["seeds"] = len(paired)
-  losses = lambda rs, k: [r[k] for r in rs]  # noqa: E731
-  out["verdict"] = verdict(losses(a, "final_test_loss"), losses(b, "final_test_loss"),
-                           losses(a, "best_test_loss"), losses(b, "best_test_loss"))
+def claims() -> List[Claim]:
+  """Every claim of the paper's Sec. VI that the runs test, in scorecard order."""
+  fig = {1: (2, 3), 2: (4, 5), 3: (6, 7), 4: (8, 9)}
+  ratio = {1: "2x", 2: "1.6x", 3: "1.67x", 4: "2x"}
+  out = []
+  for k in (1, 2, 3, 4):
+    pers = PERSONALIZED[k]
+    out.append(Claim("a", k, (pers, None), (EQUAL, None),
+                     f"{name_of(pers, None)} below equal p (Fig. {fig[k][0]})",
+                     "our reconstruction: no image noise in scenario 3, and 30 rounds of "
+                     "full-batch GD leave the MLP under-trained"))
+  for k in (1, 2, 3):
+    pers = PERSONALIZED[k]
+    out.append(Claim("b", k, (pers, 20.0), (pers, 5.0),
+                     f"{pers}: ε=20 below ε=5 (Fig. {fig[k][1]})"))
+    out.append(Claim("b", k, (pers, 5.0), (EQUAL, 20.0),
+                     f"{pers} at ε=5 below equal p at ε=20 (Fig. {fig[k][1]})",
+                     _NOISE_CAUSE.format(x=ratio[k])))
+  pers = PERSONALIZED[4]
+  out.append(Claim("c", 4, (pers, None), ("0-1-2", None),
+                   "adaptive below fixed 0-1-2 (Fig. 8)"))
+  out.append(Claim("c", 4, (pers, 20.0), (pers, 5.0), "adaptive: ε=20 below ε=5 (Fig. 9)"))
+  out.append(Claim("c", 4, (pers, 5.0), (EQUAL, 20.0),
+                   "adaptive at ε=5 below equal p at ε=20 (scenario 1's claim; Fig. 9 "
+                   "has no equal-p curve)", _NOISE_CAUSE.format(x=ratio[4])))
+  stated = {(2, 5.0): "Fig. 5", (2, 20.0): "Fig. 5", (3, 20.0): "Fig. 7"}
+  for k in (1, 2, 3, 4):
+    pers = PERSONALIZED[k]
+    for eps in (5.0, 20.0):
+      where = stated.get((k, eps))
+      shown = name_of(pers, eps).split(",")[0]
+      paper = (f"{shown} below equal p at ε={eps:g} ({where})" if where else
+               f"not stated (ours): {shown} below equal p at ε={eps:g}")
+      out.append(Claim("equal ε", k, (pers, eps), (EQUAL, eps), paper,
+                       _NOISE_CAUSE.format(x=ratio[k])))
   return out
 
 
-def _ms(pair: Tuple[float, float], n: int) -> str:
-  m, s = pair
-  if not math.isfinite(m):
-    return "n/a"
-  return f"{m:.3f} ± {s:.3f}" if n > 1 else f"{m:.3f}"
+def _values(runs: List[Dict[str, Any]]) -> Tuple[List[float], List[int]]:
+  return [float(r[METRIC]) for r in runs], [int(r["seed"]) for r in runs]
 
 
-def claim_rows(files: Dict[int, Runs]) -> List[Dict[str, Any]]:
-  """Every comparison the paper's claims make, for the scenarios present."""
+def cause_of(claim: Claim, verdict: str, a: List[Dict[str, Any]],
+             b: List[Dict[str, Any]], stale_private: bool = False) -> str:
+  """The cause column: compute scale below `scorecard.MIN_SEEDS` seeds (saying so when
+  ``stale_private`` and a side is private: runs older than `NOISE_DRAW_COMMIT`), seed
+  noise when 5+ seeds do not separate, the claim's cause when it fails, none when it
+  holds."""
+  n = min(len(a), len(b))
+  if n < sc.MIN_SEEDS:
+    stale = stale_private and any(r["private"] for r in a + b)
+    return (f"scale: compute (n = {n}: the stored seeds were not extended"
+            + (f"; these private runs predate the noise-draw change {NOISE_DRAW_COMMIT} "
+               "and were not re-run" if stale else "") + ")")
+  if verdict == "holds":
+    return "none"
+  if verdict == "fails":
+    return claim.cause_if_fails
+  return f"scale: the 95% CI at n = {n} seeds straddles 0"
+
+
+def claim_row(claim: Claim, runs: Runs) -> Optional[sc.Row]:
+  """The scorecard row of one claim (None when either side has no runs)."""
+  a, b = runs.get(*claim.a), runs.get(*claim.b)
+  if not a or not b:
+    return None
+  va, sa = _values(a)
+  vb, sb = _values(b)
+  verdict = sc.greater(vb, va, seeds_a=sb, seeds_b=sa)
+  diff = sc.difference(vb, va, seeds_a=sb, seeds_b=sa)
+  m = runs.meta
+  seeds = sorted(set(sa) | set(sb))
+  setup = (f"{m['dataset']}, scenario {claim.scenario}, N = 60, T = {m['rounds']}, "
+           f"tau = {m['local_steps']}, B = {m['clip_bound']:g}, H = {m['hidden']}; final "
+           f"test loss; rule: loss(B) - loss(A) > 0 (scorecard.greater, margin 0; paired "
+           f"by seed when both sides have the same seeds); seeds {seeds}")
+  return sc.Row(
+      claim=(f"({claim.tag}) scenario {claim.scenario}: loss of {name_of(*claim.a)} < "
+             f"{name_of(*claim.b)}"),
+      paper=claim.paper,
+      ours={f"A {name_of(*claim.a)}": sc.summarize(va),
+            f"B {name_of(*claim.b)}": sc.summarize(vb), "B − A": diff},
+      verdict=verdict, cause=cause_of(claim, verdict.verdict, a, b, stale_private(runs)),
+      setup=setup)
+
+
+def stale_private(runs: Runs) -> bool:
+  """Whether the private runs of ``runs`` predate `NOISE_DRAW_COMMIT` (full-scale files
+  not in `CURRENT_PRIVATE_RUNS`; quick runs are always current)."""
+  name = os.path.splitext(os.path.basename(runs.path))[0]
+  return not runs.meta.get("quick") and name not in CURRENT_PRIVATE_RUNS
+
+
+def scorecard_rows(files: Dict[int, Runs]) -> List[sc.Row]:
+  """The rows of every claim whose scenario is in ``files`` (scenario -> runs)."""
   rows = []
-
-  def add(claim, number, a_key, b_key):
-    runs = files[number]
-    c = compare(runs.get(*a_key), runs.get(*b_key))
-    if c is not None:
-      rows.append(dict(claim=claim, scenario=number, a=name_of(*a_key),
-                       b=name_of(*b_key), **c))
-
-  ns = sorted(files)
-  for number in ns:
-    add("a", number, (PERSONALIZED[number], None), (EQUAL, None))
-  for number in (n for n in ns if n != 4):
-    pers = PERSONALIZED[number]
-    add("b", number, (pers, 20.0), (pers, 5.0))
-    add("b", number, (pers, 5.0), (EQUAL, 20.0))
-  if 4 in files:
-    pers = PERSONALIZED[4]
-    add("c", 4, (pers, None), ("0-1-2", None))
-    add("c", 4, (pers, 20.0), (pers, 5.0))
-    add("c", 4, (pers, 5.0), (EQUAL, 20.0))
-  for number in ns:  # our addition: personalised against equal p at the same epsilon
-    pers = PERSONALIZED[number]
-    add("equal ε", number, (pers, 5.0), (EQUAL, 5.0))
-    add("equal ε", number, (pers, 20.0), (EQUAL, 20.0))
+  for claim in claims():
+    if claim.scenario in files:
+      row = claim_row(claim, files[claim.scenario])
+      if row is not None:
+        rows.append(row)
   return rows
 
 
 def best_of_sweep(runs: Runs) -> Optional[str]:
-  """The non-private curve with the lowest mean final test loss."""
+  """The non-private curve with the lowest mean final test loss (descriptive)."""
   best, arg = float("inf"), None
   for ratio, eps in runs.labels():
     if eps is not None:
       continue
     m, _, n = common.mean_std([r["final_test_loss"] for r in runs.get(ratio)])
     if n and m < best:
-      best, arg = m, f"{name_of(ratio, None)}: {m:.3f}"
+      best, arg = m, f"{name_of(ratio, None)}: {m:.3f} (n = {n})"
   return arg
-
-
-def claims_table(rows: List[Dict[str, Any]]) -> List[str]:
-  lines = ["| claim | scenario | A | B | A < B? | final loss A | final loss B | best loss A "
-           "| best loss B | seeds (final) |", "|---|---|---|---|---|---|---|---|---|---|"]
-  for r in rows:
-    n = r["seeds"]
-    fl, bl = r["final_test_loss"], r["best_test_loss"]
-    lines.append(
-        f"| {r['claim']} | {r['scenario']} | {r['a']} | {r['b']} | **{r['verdict']}** | "
-        f"{_ms(fl['a'], n)} | {_ms(fl['b'], n)} | {_ms(bl['a'], n)} | {_ms(bl['b'], n)} | "
-        f"{r['seeds_won']}/{n} |")
-  return lines
 
 
 def noise_table(files: Dict[str, Runs]) -> List[str]:
@@ -282,7 +281,75 @@ def wall_table(files: Dict[str, Runs]) -> List[str]:
   return lines
 
 
-def main(argv=None) -> int:
+def _groups(found: Dict[str, Runs]) -> Dict[Tuple[str, int], Dict[int, Runs]]:
+  groups: Dict[Tuple[str, int], Dict[int, Runs]] = {}
+  for runs in found.values():
+    key = (runs.meta["dataset"], runs.meta["hidden"])
+    groups.setdefault(key, {})[runs.meta["scenario"]] = runs
+  return groups
+
+
+def write_scorecard(found: Dict[str, Runs], out: str) -> List[sc.Row]:
+  """``scorecard.{json,md}`` from the main setting (Fashion-MNIST, H = 64; the first
+  group present otherwise, e.g. in quick mode on another dataset)."""
+  groups = _groups(found)
+  key = ("fashion_mnist", common.DEFAULTS["hidden"])
+  if key not in groups:
+    key = sorted(groups)[0]
+  files = groups[key]
+  rows = scorecard_rows(files)
+  meta = next(iter(files.values())).meta
+  sc.write(os.path.join(out, "scorecard"), rows, dict(
+      paper="000: PADPFL, Talaei and Izadi, arXiv:2406.18491", dataset=key[0],
+      hidden=key[1], setup=meta["setup"], rounds=meta["rounds"],
+      local_steps=meta["local_steps"], clip_bound=meta["clip_bound"],
+      quick=meta["quick"], metric=METRIC,
+      files=sorted(os.path.basename(r.path) for r in files.values()),
+      seeds={f"scenario{k}": sorted({r["seed"] for r in v.runs})
+             for k, v in sorted(files.items())}))
+  return rows
+
+
+def write_tables(found: Dict[str, Runs], out: str) -> List[str]:
+  """``tables.md``: lowest loss per non-private sweep, the ablation, the wall time."""
+  lines = ["# PADPFL (paper 000): descriptive tables (no verdicts; see scorecard.md)", ""]
+  for (dataset, hidden), files in sorted(_groups(found).items()):
+    best = [f"scenario {n}: {best_of_sweep(files[n])}" for n in sorted(files)
+            if best_of_sweep(files[n]) is not None]
+    if best:
+      lines += [f"Lowest mean final test loss in each non-private sweep ({dataset}, "
+                f"H = {hidden}): " + "; ".join(best) + ".", ""]
+  base, wide = found.get("scenario1_fashion_mnist"), found.get("scenario1_fashion_mnist_h256")
+  if base is not None and wide is not None:
+    lines += ["## Ablation: hidden width 256 (scenario 1, private)", ""]
+    lines += ablation_table(base, wide)
+    lines += ["", "sigma_A sqrt(d) / B: the norm of the round's aggregate noise relative to "
+              "the clip bound (the largest possible model norm). Mean ± std over the seeds "
+              "both widths have (sample std, ddof = 1).", ""]
+  lines += ["## Wall time", ""] + wall_table(found)
+  with open(os.path.join(out, "tables.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+  return lines
+
+
+_NOISE_HEAD = [
+    "# PADPFL noise levels and epsilons per configuration", "",
+    "From the run files (`scenario*.json`); sigma per coordinate in units of the "
+    "weights. eps paper: the calibration target (classical Gaussian mechanism, "
+    "linear R/T scaling). eps RDP: dp_accounting, record level, replace-one, "
+    "delta = 0.01, no subsampling. *Conditional* (z relative to the paper's upload "
+    "sensitivity 2B/m_min, which assumes local training moves a client's weights "
+    "by at most that much when one example is replaced; the gradients are not "
+    "clipped, so the code does not enforce it): uplink over the R = 1 upload the "
+    "paper assumes seen, over all T uploads, and downlink over the T broadcasts. "
+    "*Guarantee* (what the code enforces: Δ = 2B, the diameter of the ball the "
+    "weights are clipped to): all T uploads (the run's ledger, `epsilon_rdp`) and "
+    "the T broadcasts (sensitivity 2B max p).", ""]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  """Reads ``--results``, writes ``scorecard.{json,md}``, ``noise.md`` and ``tables.md``
+  to ``--out``; returns 1 when no ``scenario*.json`` is there."""
   p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   p.add_argument("--results", default=common.RESULTS, help="folder of scenarios.py outputs")
   p.add_argument("--out", default=None, help="default: --results")
@@ -296,64 +363,11 @@ def main(argv=None) -> int:
   if not found:
     print(f"no scenario*.json in {a.results}; run scenarios.py first", file=sys.stderr)
     return 1
-  lines = ["# PADPFL (paper 000): the paper's claims against our runs", "",
-           "Generated by `report.py` from the `scenario*.json` files; loss = cross-entropy "
-           "on the clean test set (note A8), mean ± std over seeds (sample std, ddof = 1). "
-           "Each loss (final, best) orders A < B when B's mean exceeds A's by more than "
-           "the standard error of the difference of the means, A > B the other way "
-           "round, and is a tie within it; A < B *holds* when both losses order A < B, "
-           "is *mixed* when one does, a *tie* when both are ties, and *fails* otherwise. "
-           "The last column counts the seeds whose final loss orders A < B.", ""]
-  summary: Dict[str, Any] = {}
-  groups: Dict[Tuple[str, int], Dict[int, Runs]] = {}
-  for fname, runs in found.items():
-    key = (runs.meta["dataset"], runs.meta["hidden"])
-    groups.setdefault(key, {})[runs.meta["scenario"]] = runs
-  for (dataset, hidden), files in sorted(groups.items()):
-    meta = next(iter(files.values())).meta
-    rows = claim_rows(files)
-    if not rows:
-      continue
-    summary[f"{dataset}_h{hidden}"] = rows
-    lines += [f"## {meta['setup']}", "",
-              f"T = {meta['rounds']}, tau = {meta['local_steps']}, B = "
-              f"{meta['clip_bound']:g}, seeds: {meta['seeds']}"
-              f"{' (quick mode)' if meta['quick'] else ''}.", ""]
-    lines += claims_table(rows)
-    best = [f"scenario {n}: {best_of_sweep(files[n])}" for n in sorted(files)
-            if best_of_sweep(files[n]) is not None]
-    lines += [""]
-    if best:
-      lines += ["Lowest mean final test loss in each non-private sweep: " + "; ".join(best)
-                + ".", ""]
-  base, wide = found.get("scenario1_fashion_mnist"), found.get("scenario1_fashion_mnist_h256")
-  if base is not None and wide is not None:
-    lines += ["## Ablation: hidden width 256 (scenario 1, private)", ""]
-    lines += ablation_table(base, wide)
-    lines += ["", "sigma_A sqrt(d) / B: the norm of the round's aggregate noise relative to "
-              "the clip bound (the largest possible model norm).", ""]
-  lines += ["## Wall time", ""] + wall_table(found)
-  with open(os.path.join(out, "claims.md"), "w") as f:
-    f.write("\n".join(lines) + "\n")
-  noise = ["# PADPFL noise levels and epsilons per configuration", "",
-           "From the run files (`scenario*.json`); sigma per coordinate in units of the "
-           "weights. eps paper: the calibration target (classical Gaussian mechanism, "
-           "linear R/T scaling). eps RDP: dp_accounting, record level, replace-one, "
-           "delta = 0.01, no subsampling. *Conditional* (z relative to the paper's upload "
-           "sensitivity 2B/m_min, which assumes local training moves a client's weights "
-           "by at most that much when one example is replaced; the gradients are not "
-           "clipped, so the code does not enforce it): uplink over the R = 1 upload the "
-           "paper assumes seen, over all T uploads, and downlink over the T broadcasts. "
-           "*Guarantee* (what the code enforces: Δ = 2B, the diameter of the ball the "
-           "weights are clipped to): all T uploads (the run's ledger, `epsilon_rdp`) and "
-           "the T broadcasts (sensitivity 2B max p).", ""]
-  noise += noise_table(found)
+  rows = write_scorecard(found, out)
+  write_tables(found, out)
   with open(os.path.join(out, "noise.md"), "w") as f:
-    f.write("\n".join(noise) + "\n")
-  with open(os.path.join(out, "claims.json"), "w") as f:
-    json.dump(summary, f, indent=1)
-  print("\n".join(lines))
-  print("\n".join(noise))
+    f.write("\n".join(_NOISE_HEAD + noise_table(found)) + "\n")
+  print("\n".join(sc.render(rows)))
   return 0
 
 

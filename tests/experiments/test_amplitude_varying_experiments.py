@@ -183,3 +183,17 @@ def test_refresh_epsilons_migrates_an_old_run():
   with pytest.raises(ValueError):
     common.refresh_epsilons(wrong, {**meta, "setup": "x: 100 IID clients of 500-500 "
                                                       "examples"})
+
+
+@pytest.mark.slow
+def test_fig4_m_grid_quick(tmp_path):
+  """--m-grid runs only the M asked for and writes <name>_m<values>.json (the 5-seed
+  Fig. 4 at M = 30 of the scorecard is `--fig4 --m-grid 30 --seeds 5`)."""
+  mod = _script("fig3_table2_horizon")
+  assert mod.main(["--quick", "--fig4", "--m-grid", "2", "--out", str(tmp_path)]) == 0
+  res = _load(tmp_path / "fig4_m2.json")
+  assert {r["rounds"] for r in res["runs"]} == {2}
+  assert {r["label"] for r in res["runs"]} == {"epsilon=5", "epsilon=10", "no DP"}
+  assert (tmp_path / "fig4_m2.md").exists() and not (tmp_path / "fig4.json").exists()
+  # --report-only finds the same file
+  assert mod.main(["--report-only", "--fig4", "--m-grid", "2", "--out", str(tmp_path)]) == 0

@@ -1,120 +1,107 @@
-"""The verdict logic of experiments/padpfl/report.py on hand-made losses (no training):
-claims that hold, fail, tie within seed noise, and the borderline cases either side of the
-tolerance (the standard error of the difference of the means)."""
+"""The scorecard rows of experiments/padpfl/report.py on hand-made runs (no training):
+claims that hold, fail and are inconclusive under the reproduction standard
+(experiments/scorecard.py), their causes, and the files `main` writes."""
 
-import math
-import statistics
+import json
 
 import pytest
 
 from experiment_scripts import load_script
-from fedjax_dp.validation import FedJaxDpError
 
 report = load_script("padpfl", "report")
+sc = report.sc
+
+META = dict(scenario=1, dataset="fashion_mnist", hidden=64, rounds=30, local_steps=10,
+            clip_bound=9.0, quick=False, setup="hand-made")
 
 
-def _se(a, b):
-  """The tolerance `order` must use: the standard error of mean(b) - mean(a)."""
-  return math.sqrt(statistics.variance(a) / len(a) + statistics.variance(b) / len(b))
+def _run(ratio, eps, seed, loss):
+  return dict(ratio=ratio, private=eps is not None, epsilon=eps, seed=seed,
+              final_test_loss=loss, best_test_loss=loss, final_test_accuracy=0.5,
+              wall_time_s=1.0)
 
 
-def _shifted(values, by):
-  return [v + by for v in values]
+def _runs(tmp_path, runs, name="scenario1_fashion_mnist", meta=META):
+  path = tmp_path / f"{name}.json"
+  path.write_text(json.dumps(dict(meta=meta, runs=runs)))
+  return report.Runs(str(path))
 
 
-A = [0.80, 0.81, 0.82]          # mean 0.81, sample std 0.01
-B_SPREAD = [0.79, 0.82, 0.85]   # sample std 0.03
-SE = _se(A, B_SPREAD)           # sqrt(0.01^2 / 3 + 0.03^2 / 3) = 0.01826
+NOISE = [0.000, 0.004, -0.003, 0.002, -0.001]  # per-seed wiggle shared by both sides
 
 
-def test_se_is_the_sample_standard_error():
-  assert SE == pytest.approx(math.sqrt((0.01**2 + 0.03**2) / 3), rel=1e-12)
+def _claim(tag="a", scenario=1):
+  return next(c for c in report.claims() if c.tag == tag and c.scenario == scenario)
 
 
-def test_clear_win_holds_and_clear_loss_fails():
-  low, high = [1.0, 1.01, 0.99], [2.0, 2.02, 1.98]
-  assert report.order(low, high) == "<"
-  assert report.order(high, low) == ">"
-  assert report.verdict(low, high, low, high) == report.HOLDS
-  assert report.verdict(high, low, high, low) == report.FAILS
+def test_claims_cover_the_papers_comparisons():
+  cs = report.claims()
+  assert len(cs) == 21
+  assert [c.scenario for c in cs if c.tag == "a"] == [1, 2, 3, 4]
+  assert {c.scenario for c in cs if c.tag == "b"} == {1, 2, 3}
+  assert {c.scenario for c in cs if c.tag == "c"} == {4}
+  assert sum(c.tag == "equal ε" for c in cs) == 8
+  # the equal-epsilon comparison is the paper's in scenarios 2 and 3 only
+  stated = {(c.scenario, c.a[1]) for c in cs if c.tag == "equal ε" and "ours" not in c.paper}
+  assert stated == {(2, 5.0), (2, 20.0), (3, 20.0)}
 
 
-def test_borderline_just_outside_the_noise_is_decided():
-  # B's mean above A's by 1.2 standard errors: A < B; by -1.2: A > B.
-  b = _shifted(B_SPREAD, 0.81 - statistics.mean(B_SPREAD) + 1.2 * SE)
-  assert report.order(A, b) == "<"
-  assert report.verdict(A, b, A, b) == report.HOLDS
-  b = _shifted(B_SPREAD, 0.81 - statistics.mean(B_SPREAD) - 1.2 * SE)
-  assert report.order(A, b) == ">"
-  assert report.verdict(A, b, A, b) == report.FAILS
+def test_a_clear_win_over_five_seeds_holds(tmp_path):
+  runs = [_run("0-1-2", None, s, 0.80 + w) for s, w in enumerate(NOISE)]
+  runs += [_run("1-1-1", None, s, 0.86 + w) for s, w in enumerate(NOISE)]
+  row = report.claim_row(_claim(), _runs(tmp_path, runs))
+  assert row.verdict.verdict == "holds" and row.cause == "none"
+  diff = row.ours["B − A"]
+  assert diff.kind == "paired" and diff.n == 5
+  assert diff.mean == pytest.approx(0.06) and diff.lo == pytest.approx(0.06)
 
 
-def test_borderline_just_inside_the_noise_is_a_tie():
-  # |difference| 0.8 standard errors: a strict comparison would say holds / fails.
-  for sign in (+1, -1):
-    b = _shifted(B_SPREAD, 0.81 - statistics.mean(B_SPREAD) + sign * 0.8 * SE)
-    assert (statistics.mean(b) > statistics.mean(A)) == (sign > 0)
-    assert report.order(A, b) == "="
-    assert report.verdict(A, b, A, b) == report.TIE
+def test_a_clear_loss_fails_with_the_claims_cause(tmp_path):
+  runs = [_run("0-1-2", 5.0, s, 2.4 + w) for s, w in enumerate(NOISE)]
+  runs += [_run("1-1-1", 20.0, s, 1.2 - w) for s, w in enumerate(NOISE)]
+  claim = next(c for c in report.claims() if c.tag == "b" and c.a == ("0-1-2", 5.0))
+  row = report.claim_row(claim, _runs(tmp_path, runs))
+  assert row.verdict.verdict == "fails"
+  assert row.cause.startswith("paper: its eq. (13)")
 
 
-def test_the_committed_scenario_3_tie():
-  # claim (a), scenario 3: 1-3-5 0.809 +- 0.001 against equal p 0.807 +- 0.004 (3 seeds):
-  # A's mean is higher, but by less than the standard error, so no verdict either way.
-  a, b = [0.808, 0.809, 0.810], [0.803, 0.807, 0.811]
-  assert statistics.mean(a) > statistics.mean(b)
-  assert abs(statistics.mean(a) - statistics.mean(b)) < _se(a, b)
-  assert report.verdict(a, b, a, b) == report.TIE
+def test_overlapping_seeds_are_inconclusive(tmp_path):
+  runs = [_run("0-1-2", None, s, 0.80 + 10 * w) for s, w in enumerate(NOISE)]
+  runs += [_run("1-1-1", None, s, 0.80 - 10 * w) for s, w in enumerate(NOISE)]
+  row = report.claim_row(_claim(), _runs(tmp_path, runs))
+  assert row.verdict.verdict == "inconclusive"
+  assert row.cause.startswith("scale: the 95% CI at n = 5")
 
 
-def test_mixed_when_one_loss_orders_a_below_b():
-  low, high = [1.0, 1.01, 0.99], [2.0, 2.02, 1.98]
-  tie_a, tie_b = A, _shifted(A, 0.001)
-  assert report.verdict(low, high, high, low) == report.MIXED   # final <, best >
-  assert report.verdict(high, low, low, high) == report.MIXED   # final >, best <
-  assert report.verdict(low, high, tie_a, tie_b) == report.MIXED  # final <, best =
-  assert report.verdict(tie_a, tie_b, high, low) == report.FAILS  # final =, best >
+def test_three_seeds_are_inconclusive_and_say_compute(tmp_path):
+  runs = [_run("0-1-2", 5.0, s, 2.4 + w) for s, w in enumerate(NOISE[:3])]
+  runs += [_run("1-1-1", 20.0, s, 1.2 + w) for s, w in enumerate(NOISE[:3])]
+  claim = next(c for c in report.claims() if c.tag == "b" and c.a == ("0-1-2", 5.0))
+  current = report.claim_row(claim, _runs(tmp_path, runs))
+  assert current.verdict.verdict == "inconclusive"
+  assert "the rule alone: fails" in current.verdict.detail
+  assert current.cause.startswith("scale: compute (n = 3") and "predate" not in current.cause
+  stale = report.claim_row(claim, _runs(tmp_path, runs, "scenario2_fashion_mnist"))
+  assert "predate the noise-draw change" in stale.cause
 
 
-def test_one_seed_compares_strictly_and_min_margin_widens_the_tie():
-  assert report.order([1.0], [1.0001]) == "<"
-  assert report.order([1.0001], [1.0]) == ">"
-  assert report.order([1.0], [1.0]) == "="
-  assert report.order([1.0], [1.0001], min_margin=1e-3) == "="
-  assert report.order([1.0], [1.01], min_margin=1e-3) == "<"
-  # the margin is a floor: a larger standard error still wins
-  assert report.order(A, _shifted(A, 0.005), min_margin=1e-4) == "="
+def test_a_missing_side_gives_no_row(tmp_path):
+  runs = [_run("0-1-2", None, s, 0.8) for s in range(5)]
+  assert report.claim_row(_claim(), _runs(tmp_path, runs)) is None
 
 
-def test_non_finite_values_are_dropped():
-  assert report.order([1.0, float("nan"), None], [2.0, float("inf")]) == "<"
-
-
-@pytest.mark.parametrize("a, b, margin, option", [
-    ([], [1.0], 0.0, "a"),
-    ([1.0], [float("nan")], 0.0, "b"),
-    ([1.0], [2.0], -0.1, "min_margin"),
-    ([1.0], [2.0], float("inf"), "min_margin"),
-])
-def test_bad_input_raises(a, b, margin, option):
-  with pytest.raises(FedJaxDpError) as e:
-    report.order(a, b, min_margin=margin)
-  assert e.value.option == option
-
-
-def _runs(final, best):
-  return [dict(seed=s, final_test_loss=f, best_test_loss=b)
-          for s, (f, b) in enumerate(zip(final, best))]
-
-
-def test_compare_pairs_seeds_and_uses_the_verdict():
-  a = _runs([1.0, 1.01, 0.99], [0.9, 0.91, 0.89])
-  b = _runs([2.0, 0.5, 1.98], [1.9, 1.92, 1.88])   # seed 1 of B beats A's seed 1
-  c = report.compare(a, b)
-  assert c["seeds"] == 3 and c["seeds_won"] == 2
-  # final: B's mean 1.49 vs 1.0, but B's spread (std 0.85) makes it a tie; best: A < B.
-  assert c["final_test_loss"]["order"] == "=" and not c["final_test_loss"]["holds"]
-  assert c["best_test_loss"]["order"] == "<" and c["best_test_loss"]["holds"]
-  assert c["verdict"] == report.MIXED
-  assert c["final_test_loss"]["a"] == pytest.approx((1.0, 0.01))
-  assert report.compare(a, []) is None and report.compare([], b) is None
+def test_main_writes_the_scorecard(tmp_path):
+  res = tmp_path / "res"
+  res.mkdir()
+  runs = [_run(r, None, s, v + w) for r, v in (("0-1-2", 0.8), ("1-1-1", 0.86))
+          for s, w in enumerate(NOISE)]
+  (res / "scenario1_fashion_mnist.json").write_text(json.dumps(dict(meta=META, runs=runs)))
+  assert report.main(["--results", str(res), "--out", str(tmp_path)]) == 0
+  md = (tmp_path / "scorecard.md").read_text().splitlines()
+  assert md[0] == "| # | claim | paper | ours: mean [95% CI] (n seeds) | verdict | cause |"
+  assert len([l for l in md if l.startswith("| 1 |")]) == 1
+  data = json.loads((tmp_path / "scorecard.json").read_text())
+  (row,) = data["rows"]
+  assert row["verdict"] == "holds" and row["ours"]["B − A"]["n"] == 5
+  assert data["meta"]["seeds"] == {"scenario1": [0, 1, 2, 3, 4]}
+  assert (tmp_path / "tables.md").exists() and (tmp_path / "noise.md").exists()
