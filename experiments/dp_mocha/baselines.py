@@ -18,7 +18,7 @@ published features (recalled in note 002 Sec. 11, unverified): global 2.2%, loca
 1.3%, MTL 0.5%.
 
 Usage:
-  python experiments/dp_mocha/baselines.py          # H = 5, K = 200, 3 trials
+  python experiments/dp_mocha/baselines.py          # H = 5, K = 200, 5 trials
   python experiments/dp_mocha/baselines.py --quick  # CI: H = 2, K = 20, 1 trial
 """
 
@@ -55,7 +55,7 @@ def run_method(key: str, trial, lam: float, a):
 
 
 def main(argv=None) -> int:
-  a = common.parse(common.arg_parser(__doc__, outer_rounds=5, inner_rounds=200, trials=3),
+  a = common.parse(common.arg_parser(__doc__, outer_rounds=5, inner_rounds=200, trials=5),
                    argv)
   lams = {k: (common.choose_lambda(a, meth) if meth else (None, "–"))
           for k, _, meth in METHODS}
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
            features_note=common.FEATURES_NOTE, dataset=a.dataset,
            outer_rounds=a.outer_rounds, inner_rounds=a.inner_rounds, trials=a.trials,
            quick=a.quick, xi=common.XI, lambdas={k: v for k, v in lams.items()},
-           mocha_paper_recalled=MOCHA_PAPER),
+           mocha_paper_recalled=MOCHA_PAPER, seeding=common.SEEDING),
       resume=a.resume or a.report_only)
   if not a.report_only:
     for trial_id in range(a.trials):
@@ -77,7 +77,8 @@ def main(argv=None) -> int:
           continue
         trial = common.load_trial(trial_id, a.dataset)
         out = run_method(key, trial, lam, a)
-        out.update(ident, label=label, constant_error=trial.constant_error)
+        out.update(ident, label=label, constant_error=trial.constant_error,
+                   split_seed=trial_id, noise_seed=trial.seed)
         res.add(out)
         print(f"baselines: {label} trial {trial_id}: error {out['final_test_error']:.4f} "
               f"({out['wall_s']:.1f} s)", flush=True)

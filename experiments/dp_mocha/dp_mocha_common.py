@@ -66,6 +66,11 @@ FALLBACK_LAMBDA = 0.1
 #: CI's reduced runs (``--quick``): 1 trial, H = 2 outer x K = 20 inner rounds.
 QUICK = dict(trials=1, outer_rounds=2, inner_rounds=20)
 DATASETS = ("har_features", "har")
+#: How a run's randomness is fixed (every JSON's meta says it; runs carry the seeds).
+SEEDING = ("trial t: data split seed t (load_dataset(..., seed=t), the per-subject 75/25 "
+           "split) and noise key jax.random.key(t) (SDCA coordinates, step counts, drops, "
+           "Gaussian noise); runs record split_seed and noise_seed (runs stored before "
+           "these fields: both equal the trial)")
 
 
 def arg_parser(doc: str, outer_rounds: int, inner_rounds: int,
@@ -273,12 +278,10 @@ def calibrate(counts: np.ndarray, epsilon: float, tau: float, drop: float, outer
   return plugin.DpMocha().noise_multipliers(opts, run, np.asarray(counts))
 
 
-def privacy_fields(sim: Dict[str, Any], cal: Dict[str, Any], epsilon: float,
-                   delta: float = PAPER["delta"]) -> Dict[str, Any]:
-  """The three epsilons of one private run (each the worst device's):
+def ledger_fields(sim: Dict[str, Any], s1: np.ndarray, s2: np.ndarray,
+                  delta: float = PAPER["delta"]) -> Dict[str, Any]:
+  """The accountant's and the ledger's epsilons of one run, each the worst device's:
 
-  * ``epsilon_paper``: Theorem 5 (note 6.1's constants) at the calibrated sigmas,
-    `paper_calibration.theorem5_epsilon` (equals the target by construction);
   * ``epsilon_accountant``: exact Gaussian composition with the paper's sensitivities
     and no amplification: rho_t = releases_t (sigma1_t^-2 + sigma2_t^-2), releases_t =
     the rounds device t was active (simulate's ``device_active``),
@@ -286,27 +289,37 @@ def privacy_fields(sim: Dict[str, Any], cal: Dict[str, Any], epsilon: float,
   * ``epsilon_provable``: the ledger's, rho_t = sum over rounds of z^-2 of simulate's
     ``device_noise_multiplier`` ``[R, m]`` (finite entries; the provable sensitivities).
 
-  Also sigma ranges, releases, q and p.
+  Also ``releases_min`` / ``releases_max``.
   """
+  releases = np.asarray(sim["device_active"], np.float64).sum(axis=0)
+  with np.errstate(divide="ignore"):
+    rho_paper = releases * (1.0 / s1 ** 2 + 1.0 / s2 ** 2)
+    z = np.asarray(sim["device_noise_multiplier"], np.float64)
+    inc = np.where(np.isfinite(z), np.where(z > 0, 1.0 / z ** 2, np.inf), 0.0)
+  rho = inc.sum(axis=0)
+  return dict(
+      epsilon_accountant=device_ledger.gaussian_epsilon(float(rho_paper.max()), delta),
+      epsilon_provable=device_ledger.gaussian_epsilon(float(rho.max()), delta),
+      releases_min=int(releases.min()), releases_max=int(releases.max()))
+
+
+def privacy_fields(sim: Dict[str, Any], cal: Dict[str, Any], epsilon: float,
+                   delta: float = PAPER["delta"]) -> Dict[str, Any]:
+  """The three epsilons of one private run (each the worst device's):
+  ``epsilon_paper`` (Theorem 5, note 6.1's constants, at the calibrated sigmas,
+  `paper_calibration.theorem5_epsilon`; equals the target by construction) and
+  `ledger_fields`' ``epsilon_accountant`` and ``epsilon_provable``. Also sigma ranges,
+  releases, q and p."""
   s1, s2, q = (np.asarray(cal[k], np.float64) for k in ("sigma1", "sigma2", "q"))
   eps_paper = [paper_calibration.theorem5_epsilon(float(a), delta, float(qt), cal["p"],
                                                   cal["k"], BUDGET_RATIO)
                for a, qt in zip(s1, q)]
-  releases = np.asarray(sim["device_active"], np.float64).sum(axis=0)
-  rho_paper = releases * (1.0 / s1 ** 2 + 1.0 / s2 ** 2)
-  z = np.asarray(sim["device_noise_multiplier"], np.float64)
-  with np.errstate(divide="ignore"):
-    inc = np.where(np.isfinite(z), np.where(z > 0, 1.0 / z ** 2, np.inf), 0.0)
-  rho = inc.sum(axis=0)
   return dict(
       epsilon_target=float(epsilon), epsilon_paper=float(max(eps_paper)),
-      epsilon_paper_min=float(min(eps_paper)),
-      epsilon_accountant=device_ledger.gaussian_epsilon(float(rho_paper.max()), delta),
-      epsilon_provable=device_ledger.gaussian_epsilon(float(rho.max()), delta),
+      epsilon_paper_min=float(min(eps_paper)), **ledger_fields(sim, s1, s2, delta),
       sigma1_min=float(s1.min()), sigma1_max=float(s1.max()), sigma2_min=float(s2.min()),
       sigma2_max=float(s2.max()), q_min=float(q.min()), q_max=float(q.max()),
       p=float(cal["p"]), calibration_rounds=int(cal["k"]),
-      releases_min=int(releases.min()), releases_max=int(releases.max()),
       gaussian_condition_holds=bool(all(c.gaussian_valid for c in cal["paper"])))
 
 
@@ -322,7 +335,8 @@ def finite_list(values) -> List[Optional[float]]:
 def run_point(trial: Trial, lam: float, outer: int, inner: int, *, tau: float = 0.0,
               drop: float = 0.0, epsilon: Optional[float] = None, update_omega: bool = True,
               curves: bool = False, problem: Optional[mocha.Problem] = None,
-              test: Optional[mocha.Problem] = None) -> Dict[str, Any]:
+              test: Optional[mocha.Problem] = None,
+              sigma: Optional[float] = None) -> Dict[str, Any]:
   """One `mocha.simulate` run (``epsilon`` None: non-private, sigma1 = sigma2 = 0).
 
   Args:
@@ -334,6 +348,8 @@ def run_point(trial: Trial, lam: float, outer: int, inner: int, *, tau: float = 
     curves: keep the primal objective / duality gap every K / 10 rounds.
     problem: with one task (m = 1, the global SVM) and a multi-device ``test``, the one
       model is every device's and only the final error is computed.
+    sigma: instead of ``epsilon``'s calibration, sigma1 = sigma2 = ``sigma`` on every
+      device (the sigma sweep); the result then has `ledger_fields`' epsilons.
 
   Returns:
     dict: ``final_test_error`` (mean per-device 0/1 error after H outer iterations),
@@ -350,7 +366,7 @@ def run_point(trial: Trial, lam: float, outer: int, inner: int, *, tau: float = 
     cal = calibrate(np.asarray(problem.counts), epsilon, tau, drop, outer, inner)
     s1, s2 = cal["sigma1"], cal["sigma2"]
   else:
-    s1 = s2 = np.zeros(m)
+    s1 = s2 = np.full(m, 0.0 if sigma is None else float(sigma))
   cfg = mocha.DpMochaConfig(lam=float(lam), xi=XI, inner_rounds=int(inner), s2_mode=S2_MODE,
                             resync=True, update_omega=update_omega)
   hp = mocha.DpMochaHParams(np.float32(tau), np.float32(drop), np.asarray(s1, np.float32),
@@ -369,6 +385,8 @@ def run_point(trial: Trial, lam: float, outer: int, inner: int, *, tau: float = 
              final_primal=finite_list(sim["primal"][-1:])[0], wall_s=wall,
              mean_active=float(np.mean(np.asarray(sim["device_active"], np.float64))),
              **(privacy_fields(sim, cal, epsilon) if private else NO_PRIVACY))
+  if sigma is not None and not private:
+    out.update(ledger_fields(sim, np.asarray(s1, np.float64), np.asarray(s2, np.float64)))
   if curves:
     out.update(rounds=[int(r) for r in sim["round"]], primal=finite_list(sim["primal"]),
                duality_gap=finite_list(sim["duality_gap"]))
@@ -387,7 +405,8 @@ def sweep(a, name: str, points: List[Dict[str, Any]], meta: Dict[str, Any],
                      dataset=a.dataset, outer_rounds=a.outer_rounds,
                      inner_rounds=a.inner_rounds, trials=a.trials, quick=a.quick, lam=lam,
                      lam_source=lam_source, xi=XI, beta=XI * 30, budget_ratio=BUDGET_RATIO,
-                     s2_mode=S2_MODE, delta=PAPER["delta"], paper=PAPER),
+                     s2_mode=S2_MODE, delta=PAPER["delta"], paper=PAPER,
+                     seeding=SEEDING),
                 resume=a.resume or a.report_only)
   if a.report_only:
     return res
@@ -400,8 +419,8 @@ def sweep(a, name: str, points: List[Dict[str, Any]], meta: Dict[str, Any],
       trial = load_trial(trial_id, a.dataset)
       kw = {k: pt[k] for k in ("tau", "drop", "epsilon") if k in pt}
       out = run_point(trial, lam, a.outer_rounds, a.inner_rounds, curves=curves, **kw)
-      out.update(key, constant_error=trial.constant_error,
-                 **{k: v for k, v in pt.items() if k != "label"})
+      out.update(key, constant_error=trial.constant_error, split_seed=trial_id,
+                 noise_seed=trial.seed, **{k: v for k, v in pt.items() if k != "label"})
       res.add(out)
       print(f"{name}: {pt['label']} trial {trial_id}: error {out['final_test_error']:.4f} "
             f"({out['wall_s']:.1f} s)", flush=True)
@@ -558,127 +577,3 @@ def plot(path: str, panels, title: str, logx: bool = False, logy: bool = False) 
   fig.savefig(tmp, dpi=110)
   plt.close(fig)
   os.replace(tmp, path)
-
-
-def sweep_curves(groups, param: str, private: bool) -> Tuple[List[float], np.ndarray,
-                                                            np.ndarray]:
-  """``(values, mean error, std error)`` of the labels whose runs have ``private`` and
-  parameter ``param``, sorted by the parameter."""
-  rows = []
-  for runs in groups.values():
-    if (runs[0].get("epsilon_target") is not None) != private or param not in runs[0]:
-      continue
-    m, s = mean_std([r["final_test_error"] for r in runs])
-    rows.append((runs[0][param], m, s))
-  rows.sort()
-  return ([r[0] for r in rows], np.array([r[1] for r in rows]),
-          np.array([r[2] for r in rows]))
-
-
-def constant_error(runs) -> float:
-  """The "always -1" predictor's mean per-device test error, averaged over the trials
-  present (one value per trial)."""
-  per_trial = {r["trial"]: r["constant_error"] for r in runs}
-  return mean_std(list(per_trial.values()))[0]
-
-
-# --------------------------------------------------------------------------- sweeps
-
-
-def sweep_figure(argv, doc: str, name: str, title: str, param: str, xlabel: str,
-                 values: Sequence[float], quick_values: Sequence[float],
-                 fixed: Dict[str, float], claim, *, logx: bool = False,
-                 paper_points=(), paper_note: str = "", outer_rounds: int = 5,
-                 inner_rounds: int = 200, trials: int = 3) -> int:
-  """A one-parameter figure (Figs. 3-5): for every value of ``param`` (``tau``,
-  ``drop`` or ``epsilon``) a private run at the paper's epsilon (or the value) and a
-  non-private one (for ``epsilon``: one non-private run), ``--trials`` trials each;
-  writes ``<name>.json``, ``.md`` (table, the paper's claim, ``claim``'s verdict lines)
-  and ``.png`` (error vs the parameter, the constant predictor, ``paper_points``).
-
-  Args:
-    claim: ``fn(private, non_private, constant) -> [lines]`` with ``private`` and
-      ``non_private`` ``(values, mean errors, stds)`` (numpy; non_private of the
-      ``epsilon`` sweep: one value, x = nan).
-  """
-  a = parse(arg_parser(doc, outer_rounds, inner_rounds, trials), argv)
-  vals = list(quick_values if a.quick else values)
-  points = []
-  for v in vals:
-    kw = dict(fixed, **{param: v})
-    eps = kw.pop("epsilon", PAPER["epsilon"])
-    points.append(dict(label=f"{param}={v:g}, private eps={eps:g}", epsilon=eps, **kw))
-    if param != "epsilon":
-      points.append(dict(label=f"{param}={v:g}, non-private", **kw))
-  if param == "epsilon":
-    points.append(dict(label="non-private", **{k: x for k, x in fixed.items()
-                                                if k != "epsilon"}))
-  res = sweep(a, name, points, dict(figure=title, parameter=param, values=vals,
-                                    fixed=fixed))
-  runs = current_runs(a, res)
-  groups = by_label(runs)
-  const = constant_error(runs) if runs else float("nan")
-  priv = sweep_curves(groups, param, True)
-  if param == "epsilon":
-    np_runs = groups.get("non-private", [])
-    m, s = mean_std([r["final_test_error"] for r in np_runs])
-    nonp = ([float("nan")], np.array([m]), np.array([s]))
-  else:
-    nonp = sweep_curves(groups, param, False)
-  fixed_txt = ", ".join(f"{k} = {v:g}" for k, v in fixed.items())
-  lines = header(res, title, f"Swept: {param} over {vals}; fixed: {fixed_txt}"
-                 + ("" if "epsilon" in fixed or param == "epsilon"
-                    else f", private runs at epsilon = {PAPER['epsilon']:g}") + ".")
-  lines += table_rows(groups)
-  lines += ["", f"Reference: the constant 'always -1' predictor errs on {const:.4f} "
-            "(mean per-device share of sitting rows in the test splits).", ""]
-  if paper_note:
-    lines += [paper_note, ""]
-  if runs:
-    lines += claim(priv, nonp, const)
-  write_md(a, name, lines)
-  curves = []
-  if len(priv[0]):
-    curves.append((f"private (eps {PAPER['epsilon']:g})" if param != "epsilon"
-                   else "private", priv[0], priv[1], priv[2] if a.trials > 1 else None))
-  hl = [("constant -1 predictor", const)] if runs else []
-  if param != "epsilon" and len(nonp[0]):
-    curves.append(("non-private", nonp[0], nonp[1], nonp[2] if a.trials > 1 else None))
-  elif param == "epsilon" and np.isfinite(nonp[1][0]):
-    hl.append(("non-private", float(nonp[1][0])))
-  plot(os.path.join(a.out, f"{name}.png"),
-       [("mean per-device test error", xlabel, curves, hl, list(paper_points))],
-       f"{title}\n{FEATURES_NOTE}; H={a.outer_rounds}, K={a.inner_rounds}, "
-       f"{a.trials} trial(s)", logx=logx)
-  return 0
-
-
-def monotone(means, increasing: bool, tol: float) -> bool:
-  """Whether ``means`` never moves against the direction by more than ``tol``."""
-  d = np.diff(np.asarray(means, np.float64))
-  return bool(np.all(d >= -tol) if increasing else np.all(d <= tol))
-
-
-def verdict(ok: bool) -> str:
-  """``"holds"`` or ``"fails"`` (the reports' and tests' vocabulary)."""
-  return "holds" if ok else "fails"
-
-
-def chance_note(means, const: float) -> str:
-  """A qualifier for claims about private curves that never beat the constant
-  predictor (their shape is then that of noise, not of learning)."""
-  means = np.asarray(means, np.float64)
-  if len(means) and np.all(means >= const):
-    return (f" Note: every private mean error here ({np.min(means):.3f}..{np.max(means):.3f}) "
-            f"is above the constant predictor's {const:.4f}: the private models are worse "
-            "than never predicting sitting; the curve's trend follows the amount of noise, "
-            "not a useful model.")
-  return ""
-
-
-def significance_note(diff: float, stds) -> str:
-  """`` (not significant: ...)`` when ``|diff|`` is below the largest trial std."""
-  s = float(np.nanmax(np.asarray(stds, np.float64))) if len(stds) else float("nan")
-  if np.isfinite(s) and abs(diff) < s:
-    return f" (smaller than the trials' spread, std up to {s:.4f}: not significant)"
-  return ""
