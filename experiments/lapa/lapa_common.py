@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
+import re
+import shutil
 import statistics
 import sys
 import time
@@ -34,6 +37,12 @@ from fedjax_dp.runs import RunConfig, run  # noqa: E402
 
 Results = results_store.Results
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+#: Where the vmapped seed sweeps keep their run folders (git-ignored ``runs/``).
+SWEEPS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "runs", "lapa_sweeps")
+#: The partition every seed of a vmapped sweep shares (`fedjax_dp.runs.run_sweep`'s
+#: data_seed): the seeds vary the initialisation, minibatches, noise and channel draws.
+DATA_SEED = 0
 DATASETS = ("fashion_mnist", "mnist")
 #: The reduced CPU scale (note 10.3) every script uses unless told otherwise.
 SCALE = dict(rounds=60, eval_every=15, seeds=(0, 1, 2))
@@ -50,6 +59,23 @@ LEARNING_RATE = {"fashion_mnist": 0.3, "mnist": 0.3}
 FIXED = {"filter_budget": "cap"}
 
 _DATA: Dict[str, Any] = {}
+
+
+def load_module(path: str, name: str):
+  """The module at ``path`` (cached in sys.modules as ``name``)."""
+  import importlib.util
+  if name not in sys.modules:
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+  return sys.modules[name]
+
+
+def lapa_scorecard():
+  """experiments/lapa/scorecard.py (its name clashes with experiments/scorecard.py)."""
+  return load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                  "scorecard.py"), "lapa_scorecard")
 
 
 def dataset(name: str):
@@ -96,7 +122,7 @@ def run_lapa(dataset_name: str, rounds: int, seed: int, eval_every: int,
 def _light(records: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
   """The per-round fields the figures and the notebook use."""
   keys = ("round", "epsilon_round", "pid_error", "epsilon_devices", "sigma_devices",
-          "switched", "test_accuracy")
+          "switched", "test_accuracy", "device_uploaded", "aggregation_weights")
   return [{k: r.get(k) for k in keys} for r in records]
 
 
@@ -124,6 +150,10 @@ def parser(description: str) -> argparse.ArgumentParser:
   ap.add_argument("--seeds", default=None, help="comma list of seeds (default 0,1,2)")
   ap.add_argument("--out", default=None, help="results JSON (default results/<name>.json)")
   ap.add_argument("--resume", action="store_true", help="skip runs already in --out")
+  ap.add_argument("--vmap", action="store_true",
+                  help="train each setting's seeds as one vmapped program (`fedjax-dp "
+                  f"sweep`; every seed on the partition of seed {DATA_SEED}; run "
+                  "folders under runs/lapa_sweeps/)")
   return ap
 
 
@@ -134,6 +164,7 @@ class Scale:
   seeds: tuple
   datasets: tuple
   quick: bool
+  vmap: bool = False
 
 
 def scale_from(args) -> Scale:
@@ -144,7 +175,8 @@ def scale_from(args) -> Scale:
   for d in datasets:
     if d not in DATASETS:
       raise SystemExit(f"--datasets: unknown {d!r} (allowed: {', '.join(DATASETS)})")
-  return Scale(rounds, min(base["eval_every"], rounds), seeds, datasets, args.quick)
+  return Scale(rounds, min(base["eval_every"], rounds), seeds, datasets, args.quick,
+               bool(getattr(args, "vmap", False)))
 
 
 def sweep(name: str, settings: List[tuple], scale: Scale, out: Optional[str] = None,
@@ -162,14 +194,91 @@ def sweep(name: str, settings: List[tuple], scale: Scale, out: Optional[str] = N
                        "datasets": {d: dataset_note(d) for d in scale.datasets},
                        **(meta or {})}, resume=resume)
   for ds, label, options in settings:
-    for seed in scale.seeds:
-      if res.has(dataset=ds, label=label, seed=seed):
-        continue
+    todo = [s for s in scale.seeds if not res.has(dataset=ds, label=label, seed=s)]
+    if scale.vmap and todo:
+      folder = os.path.join(SWEEPS, name + ("_quick" if scale.quick else ""),
+                            f"{ds}_{_slug(label)}")
+      for seed, r in run_seeds(ds, options, todo, scale.rounds, scale.eval_every,
+                               folder).items():
+        res.add({"dataset": ds, "label": label, "seed": seed, "options": options,
+                 "design": f"vmapped seeds, partition of seed {DATA_SEED}", **r})
+        print(f"{name}: {ds} {label} seed {seed}: accuracy {r['final_accuracy']:.4f}",
+              flush=True)
+      continue
+    for seed in todo:
       r = run_lapa(ds, scale.rounds, seed, scale.eval_every, **options)
       res.add({"dataset": ds, "label": label, "seed": seed, "options": options, **r})
       print(f"{name}: {ds} {label} seed {seed}: accuracy {r['final_accuracy']:.4f} "
             f"({r['seconds']:.0f} s)", flush=True)
   return res
+
+
+def _slug(label: str) -> str:
+  return re.sub(r"[^A-Za-z0-9.=_-]+", "_", label).strip("_")
+
+
+def _base_config(dataset_name: str, rounds: int, eval_every: int, options: Dict[str, Any],
+                 out: Optional[str]) -> RunConfig:
+  opts = {"learning_rate": LEARNING_RATE[dataset_name], **FIXED, **options}
+  return RunConfig(algorithm="lapa", dataset=dataset_name, rounds=rounds, seed=0,
+                   eval_every=eval_every, out=out, options=LapaOptions(**opts),
+                   delta=1e-5)
+
+
+def _matches(folder: str, cfg: RunConfig, seeds: Sequence[int]) -> bool:
+  """Whether ``folder`` holds a finished sweep of ``cfg``'s options over ``seeds``."""
+  path = os.path.join(folder, "sweep_config.json")
+  if not os.path.exists(path):
+    return False
+  with open(path) as f:
+    saved = json.load(f)["config"]
+  want = {"dataset": cfg.dataset, "rounds": cfg.rounds, "eval_every": cfg.eval_every,
+          "delta": cfg.delta, **dataclasses.asdict(cfg.options)}
+  # an option added after the sweep ran counts at its default (the defaults keep the
+  # behaviour the sweep had)
+  defaults = dataclasses.asdict(LapaOptions())
+  if any(saved.get(k, defaults.get(k)) != v for k, v in want.items()):
+    return False
+  return all(os.path.exists(os.path.join(folder, f"seed={s}", "summary.json"))
+             for s in seeds)
+
+
+def read_member(folder: str) -> Dict[str, Any]:
+  """One seed's run folder (metrics.jsonl, summary.json) as `run_lapa`'s dict."""
+  with open(os.path.join(folder, "metrics.jsonl")) as f:
+    records = [json.loads(line) for line in f if line.strip()]
+  with open(os.path.join(folder, "summary.json")) as f:
+    s = json.load(f)
+  evals = [r for r in records if r.get("test_accuracy") is not None]
+  acc = [float(r["test_accuracy"]) for r in evals]
+  keep = ("epsilon", "epsilon_realised", "epsilon_with_channel_noise_assumption",
+          "epsilon_paper", "delta_paper", "epsilon_conditional", "guarantee_note",
+          "switch_round", "switch_violations", "selected_devices",
+          "classical_condition_holds", "snr_db", "ser", "powers_w", "ddpg",
+          "label_statistics", "filter_budget")
+  return {"final_accuracy": float(np.mean(acc[-2:])) if acc else None,
+          "accuracy": acc, "eval_rounds": [int(r["round"]) for r in evals],
+          "summary": {k: s.get(k) for k in keep}, "records": _light(records),
+          "seconds": s.get("wall_time_s")}
+
+
+def run_seeds(dataset_name: str, options: Dict[str, Any], seeds: Sequence[int],
+              rounds: int, eval_every: int, folder: str) -> Dict[int, Dict[str, Any]]:
+  """``seeds`` of one setting as one vmapped program (`fedjax_dp.runs.run_sweep`, the
+  partition of `DATA_SEED` shared), written to ``folder`` (reused when it already holds
+  this setting's finished sweep).
+
+  Returns:
+    ``{seed: run_lapa-like dict}`` (``records``' rounds are 1-based).
+  """
+  from fedjax_dp.runs.sweep import run_sweep
+  cfg = _base_config(dataset_name, rounds, eval_every, options, folder)
+  if not _matches(folder, cfg, seeds):
+    if os.path.isdir(folder):
+      shutil.rmtree(folder)
+    run_sweep(cfg, seeds=list(seeds), data_seed=DATA_SEED, progress=False,
+              data=dataset(dataset_name))
+  return {int(s): read_member(os.path.join(folder, f"seed={s}")) for s in seeds}
 
 
 def final(res, dataset_name: str, label: str):

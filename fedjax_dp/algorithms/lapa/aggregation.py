@@ -190,6 +190,46 @@ def wasserstein_1d(p: Any, q: Any):
   return xp.sum(xp.abs(diff[..., :-1]), axis=-1)
 
 
+#: The ground cost between labels of eq. 20's W1 (`label_distance`).
+GROUND_COSTS = ("index", "discrete")
+
+
+def total_variation(p: Any, q: Any):
+  """W1 between label PMFs under the discrete ground cost d(a, b) = 1{a != b}, i.e.
+  the total-variation distance 0.5 sum_k |p_k - q_k| in [0, 1]: unlike
+  `wasserstein_1d` it does not depend on how the labels are numbered (a two-class
+  device {0, 1} and one {4, 5} are equally far from a uniform global PMF).
+
+  Args:
+    p: ``[..., K]`` PMFs.
+    q: ``[K]`` reference PMF.
+
+  Returns:
+    ``[...]`` distances: numpy float64 or a jax array.
+  """
+  xp = jnp if _is_jax(p, q) else np
+  pa = xp.asarray(p) if xp is jnp else np.asarray(p, dtype=np.float64)
+  qa = xp.asarray(q) if xp is jnp else np.asarray(q, dtype=np.float64)
+  if qa.ndim != 1 or pa.ndim < 1 or pa.shape[-1] != qa.shape[0]:
+    raise FedJaxDpError(
+        f"p must be [..., K] and q [K] with the same K, got {pa.shape} and {qa.shape}.",
+        option="p")
+  return 0.5 * xp.sum(xp.abs(pa - qa), axis=-1)
+
+
+def label_distance(p: Any, q: Any, ground_cost: str = "index"):
+  """Eq. 20's W1 between label PMFs under ``ground_cost`` (one of `GROUND_COSTS`):
+  ``"index"`` |a - b| on the label indices (`wasserstein_1d`, the note's [D]; depends
+  on the label numbering) or ``"discrete"`` 1{a != b} (`total_variation`; invariant
+  under any relabelling)."""
+  if ground_cost == "index":
+    return wasserstein_1d(p, q)
+  if ground_cost == "discrete":
+    return total_variation(p, q)
+  raise FedJaxDpError(f"ground_cost must be one of {GROUND_COSTS}, got {ground_cost!r}.",
+                      option="ground_cost")
+
+
 def wasserstein_weights(distances: Any, selected: Any = None):
   """Aggregation weights of eqs. (21)-(22) of paper 001: a softmax of -W_i over the
   selected devices, rho_i = 1{i in S} exp(-W_i) / sum_{j in S} exp(-W_j) (no data-size

@@ -121,7 +121,8 @@ def lapa(model, data, *, allocator, aggregator: str = "wasserstein",
          beda_alpha: float = 5.0, error_scale: str = "direction",
          label_statistics: str = "dp",
          label_noise_multiplier: float = DEFAULT_LABEL_NOISE_MULTIPLIER,
-         filter_budget: Union[float, str] = "uniform") -> Algorithm:
+         filter_budget: Union[float, str] = "uniform",
+         ground_cost: str = "index") -> Algorithm:
   """LAPA-DNC (the note's Algorithm 1) as an `fedjax_dp.algorithms.base.Algorithm`.
 
   Args:
@@ -153,6 +154,9 @@ def lapa(model, data, *, allocator, aggregator: str = "wasserstein",
     label_noise_multiplier: z_h > 0: the histogram's noise SD is z_h sqrt(2) per count.
     filter_budget: the privacy filter's budget (`upload_budgets`): ``"uniform"``,
       ``"cap"`` or an epsilon.
+    ground_cost: eq. 20's ground cost between labels (Wasserstein aggregator):
+      ``"index"`` (|a - b| on the label numbers) or ``"discrete"`` (1{a != b}: the
+      total variation, independent of the numbering).
 
   Returns:
     An `Algorithm` with ``hparams`` a `LapaHParams`; ``privacy`` is per device
@@ -166,7 +170,7 @@ def lapa(model, data, *, allocator, aggregator: str = "wasserstein",
   n_classes = int(data.num_classes)
   config = LapaConfig(allocator, aggregator, clipping, int(batch_size), bool(switch),
                       float(beda_alpha), error_scale, label_statistics=label_statistics,
-                      num_classes=n_classes)
+                      num_classes=n_classes, ground_cost=ground_cost)
   check_choice("calibration_sensitivity", calibration_sensitivity, ("paper", "provable"))
   eta = check_positive("learning_rate", learning_rate)
   c_norm = check_positive("clip_norm", clip_norm)
@@ -339,4 +343,5 @@ def _summary_config(config: LapaConfig, cal: Calibration, *, learning_rate: floa
           "rho_budget_total": cal.budgets_total.tolist(),
           "switch": config.switch,
           "split": allocator.split, "error_scale": config.error_scale,
+          "round_budget": allocator.budget, "ground_cost": config.ground_cost,
           "num_params": dim, "private": private, "num_classes": config.num_classes}

@@ -42,14 +42,17 @@ from fedjax_dp.algorithms.lapa.aggregation import deviation_angles, smoothed_ang
 from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
                                   check_non_negative, check_positive)
 
-__all__ = ["Allocator", "ALLOCATORS", "GOMPERTZ_MAPS", "SPLITS", "AllocatorConfig",
+__all__ = ["Allocator", "ALLOCATORS", "GOMPERTZ_MAPS", "SPLITS", "BUDGETS",
+           "AllocatorConfig",
            "AllocatorState", "validate_config", "sample_history_ages", "pid_error",
            "round_budget", "gompertz", "split_budget", "init_state", "step"]
 
 Allocator = Literal["lapa", "uniform", "arb", "none"]
 ALLOCATORS: Tuple[str, ...] = get_args(Allocator)
 GOMPERTZ_MAPS = ("increasing", "fedadp")
-SPLITS = ("mean", "sum")
+SPLITS = ("mean", "sum", "equal")
+#: Eq. 12's round-budget variants (`round_budget`).
+BUDGETS = ("exp", "normalised", "flat")
 
 
 class AllocatorConfig(NamedTuple):
@@ -70,7 +73,13 @@ class AllocatorConfig(NamedTuple):
     gompertz: ``"increasing"`` (note [D], text-consistent: non-decreasing in the
       smoothed angle) or ``"fedadp"`` (FedAdp's original, decreasing map).
     split: ``"mean"`` (the mean over the selected devices equals eps[t], note 9 B4's
-      alternative) or ``"sum"`` (device budgets sum to eps[t], eq. 16 literal).
+      alternative), ``"sum"`` (device budgets sum to eps[t], eq. 16 literal) or
+      ``"equal"`` (every selected device gets eps[t]: no personalisation, eqs. 13-16
+      switched off; a control of the sensitivity study, not the paper's).
+    budget: eq. 12's round budget (`round_budget`): ``"exp"`` (the note's
+      reconstruction, default), ``"normalised"`` (exp(-e) over its running mean: the
+      whole budget is spent) or ``"flat"`` (no exp(-e) factor: the remaining budget
+      spread evenly; a control).
     arb_beta: ARB-approx step beta in [0, 1) (note Sec. 6, Benchmark 4 [D]).
     min_share: LAPA's floor: every selected device gets at least min_share times its
       even share (eps[t+1] with the mean split, eps[t+1] / |S| with the sum split; note
@@ -94,6 +103,7 @@ class AllocatorConfig(NamedTuple):
   split: str = "mean"
   arb_beta: float = 0.1
   min_share: float = 0.5
+  budget: str = "exp"
 
 
 class AllocatorState(NamedTuple):
@@ -112,6 +122,8 @@ class AllocatorState(NamedTuple):
     consumed_devices: float32 ``[N]`` sum over rounds run of eps_i[t] per device.
     error: float32 scalar e used for the current eps[t] (LAPA; 0 for other kinds).
     prev_grad_norm: float32 scalar ||g~[t-1]|| of the last pushed gradient (ARB).
+    multiplier_sum: float32 scalar, the sum of exp(-e) over the rounds budgeted so far
+      (round 1's e_0 included; LAPA's ``budget="normalised"``).
   """
   history: jax.Array
   filled: jax.Array
@@ -122,6 +134,7 @@ class AllocatorState(NamedTuple):
   consumed_devices: jax.Array
   error: jax.Array
   prev_grad_norm: jax.Array
+  multiplier_sum: jax.Array
 
 
 def validate_config(config: AllocatorConfig) -> AllocatorConfig:
@@ -149,6 +162,7 @@ def validate_config(config: AllocatorConfig) -> AllocatorConfig:
   check_positive("alpha", config.alpha)
   check_choice("gompertz", config.gompertz, GOMPERTZ_MAPS)
   check_choice("split", config.split, SPLITS)
+  check_choice("budget", config.budget, BUDGETS)
   share = check_non_negative("min_share", config.min_share)
   if share > 1:
     raise FedJaxDpError(f"min_share must be in [0, 1], got {config.min_share!r}.",
@@ -255,9 +269,17 @@ def pid_error(history: Any, filled: Any, key: jax.Array, history_points: int = 5
 
 
 def round_budget(error: Any, epsilon_total: Any, consumed: Any, rounds: Any,
-                 t: Any) -> jax.Array:
+                 t: Any, mode: str = "exp", multiplier_mean: Any = 1.0) -> jax.Array:
   """eps[t] = exp(-e[t]) (eps_T - eps_c[t-1]) / (T - t + 1), LAPA's round budget
   (eq. 12 [R?]; note 2.5, 9 B3, Adp-PPFL-style).
+
+  ``mode`` (static) picks eq. 12's variant: ``"exp"`` the formula above (default);
+  ``"normalised"`` exp(-e[t]) / ``multiplier_mean`` in place of exp(-e[t]), the
+  mean taken over exp(-e) of the rounds budgeted so far, this one included (the review
+  page's "eps[t] proportional to exp(-e[t])" [X] with the constant chosen so that the
+  factors average 1: the budget is spent, up to the last round's factor); ``"flat"``
+  no factor (the remaining budget spread evenly: with an equal split, uniform DP).
+  Every variant is capped at the remaining budget.
 
   Since exp(-e) <= 1 (e is clamped at 0 from below; a NaN e counts as +inf, i.e. 0
   budget), sum_t eps[t] <= eps_T for any error sequence; eps[t] is non-decreasing
@@ -270,16 +292,26 @@ def round_budget(error: Any, epsilon_total: Any, consumed: Any, rounds: Any,
     consumed: eps_c[t-1], the budget spent in rounds 1..t-1.
     rounds: T.
     t: the 1-based round to budget (int, may be traced).
+    mode: one of `BUDGETS` (static).
+    multiplier_mean: the mean of exp(-e) over the rounds budgeted so far
+      (``"normalised"`` only; > 0).
 
   Returns:
     float32 eps[t], the broadcast shape of the arguments.
   """
+  check_choice("budget", mode, BUDGETS)
   t = jnp.asarray(t, jnp.int32)
   remaining = jnp.maximum(_f32(epsilon_total) - _f32(consumed), 0.0)
   left = jnp.maximum(jnp.asarray(rounds, jnp.int32) - t + 1, 1).astype(jnp.float32)
   e = _f32(error)
   e = jnp.where(jnp.isnan(e), jnp.inf, jnp.maximum(e, 0.0))     # NaN: no budget
-  eps = jnp.exp(-e) * remaining / left
+  factor = jnp.exp(-e)
+  if mode == "normalised":
+    mm = _f32(multiplier_mean)
+    factor = jnp.where(mm > 0, factor / jnp.where(mm > 0, mm, 1.0), 1.0)
+  elif mode == "flat":
+    factor = jnp.ones_like(e)
+  eps = jnp.minimum(factor * remaining / left, remaining)
   return _f32(jnp.where((t >= 1) & (t <= rounds), eps, 0.0))
 
 
@@ -317,7 +349,8 @@ def split_budget(epsilon_round: Any, contributions: Any, selected: Any,
 
   ``"sum"`` (eq. 16 literal [R?]): eps_i = eps[t] f_i / sum_{j in S} f_j, so the device
   budgets sum to eps[t]. ``"mean"`` (note 9 B4 alternative [D]): eps_i =
-  |S| eps[t] f_i / sum_{j in S} f_j, so their mean over S is eps[t]. Unselected devices
+  |S| eps[t] f_i / sum_{j in S} f_j, so their mean over S is eps[t]. ``"equal"``
+  (a control, not the paper's): eps_i = eps[t], the contributions ignored. Unselected devices
   get 0. If every selected contribution is 0 (or the sum is not finite and positive),
   the split is equal.
 
@@ -336,12 +369,14 @@ def split_budget(epsilon_round: Any, contributions: Any, selected: Any,
   check_choice("split", mode, SPLITS)
   sel = jnp.asarray(selected, bool)
   f = jnp.where(sel, jnp.maximum(_f32(contributions), 0.0), 0.0)
+  if mode == "equal":
+    f = sel.astype(jnp.float32)
   total = jnp.sum(f)
   count = jnp.sum(sel).astype(jnp.float32)
   good = (total > 0) & jnp.isfinite(total)
   share = jnp.where(good, f / jnp.where(good, total, 1.0),
                     sel.astype(jnp.float32) / jnp.maximum(count, 1.0))
-  if mode == "mean":
+  if mode in ("mean", "equal"):
     share = share * count
   return _f32(jnp.where(sel, _f32(epsilon_round) * share, 0.0))
 
@@ -389,7 +424,7 @@ def init_state(config: AllocatorConfig, num_devices: int, dim: int,
   sel = sel.astype(bool)
   base = config.epsilon_total / config.rounds
   if config.kind == "lapa":
-    eps1 = math.exp(-config.initial_error) * base
+    eps1 = (math.exp(-config.initial_error) if config.budget == "exp" else 1.0) * base
     eps_dev = split_budget(eps1, jnp.ones((n,), jnp.float32), sel, config.split)
     error = config.initial_error
   elif config.kind in ("uniform", "arb"):
@@ -409,7 +444,8 @@ def init_state(config: AllocatorConfig, num_devices: int, dim: int,
       consumed=jnp.zeros((), jnp.float32),
       consumed_devices=zeros_n,
       error=_f32(error),
-      prev_grad_norm=jnp.zeros((), jnp.float32))
+      prev_grad_norm=jnp.zeros((), jnp.float32),
+      multiplier_sum=_f32(math.exp(-float(error)) if config.kind == "lapa" else 0.0))
 
 
 def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: Any,
@@ -473,10 +509,14 @@ def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: An
 
   # 3. next budgets
   theta_smooth, error = state.theta_smooth, state.error
+  mult_sum = state.multiplier_sum
   if config.kind == "lapa":
     error = pid_error(history, filled, key, config.history_points, config.kp, config.ks,
                       config.error_scale, config.initial_error)
-    eps_next = round_budget(error, eps_t, consumed, config.rounds, t + 1)
+    e = jnp.where(jnp.isnan(error), jnp.inf, jnp.maximum(error, 0.0))
+    mult_sum = _f32(mult_sum + jnp.exp(-e))
+    eps_next = round_budget(error, eps_t, consumed, config.rounds, t + 1, config.budget,
+                            mult_sum / (filled + 1).astype(jnp.float32))
     rec = _f32(received)
     theta = deviation_angles(rec, g)
     counted = sel & jnp.any(rec != 0, axis=1)       # no upload: no angle (note [D])
@@ -485,7 +525,8 @@ def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: An
     f = gompertz(theta_smooth, config.alpha, config.gompertz)
     eps_next = jnp.minimum(eps_next, remaining)
     eps_dev = split_budget(eps_next, f, sel, config.split)
-    share = eps_next if config.split == "mean" else eps_next / jnp.maximum(jnp.sum(sel), 1)
+    share = (eps_next if config.split != "sum"
+             else eps_next / jnp.maximum(jnp.sum(sel), 1))
     eps_dev = jnp.where(sel, jnp.maximum(eps_dev, config.min_share * share), 0.0)
   elif config.kind == "uniform":
     eps_next = jnp.where(in_range, eps_t / config.rounds, 0.0)
@@ -507,4 +548,5 @@ def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: An
   return AllocatorState(
       history=_f32(history), filled=filled, theta_smooth=_f32(theta_smooth),
       epsilon_round=_f32(eps_next), epsilon_devices=eps_dev, consumed=consumed,
-      consumed_devices=consumed_dev, error=_f32(error), prev_grad_norm=_f32(gnorm))
+      consumed_devices=consumed_dev, error=_f32(error), prev_grad_norm=_f32(gnorm),
+      multiplier_sum=_f32(mult_sum))

@@ -100,9 +100,13 @@ class LapaOptions:
   calibration_sensitivity: Literal["paper", "provable"] = "paper"
   """the Delta_s of sigma = c Delta_s / eps: paper (2C/|D_i|, eq. 18) or provable (what
   the clipping enforces: 2C/B per-example, 2C aggregate)"""
-  split: Literal["mean", "sum"] = "mean"
-  """eq. 16's device split: mean (the devices' budgets average eps[t]) or sum (they add
-  up to eps[t])"""
+  split: Literal["mean", "sum", "equal"] = "mean"
+  """eq. 16's device split: mean (the devices' budgets average eps[t]), sum (they add
+  up to eps[t]) or equal (every device eps[t]: no personalisation; a control)"""
+  round_budget: Literal["exp", "normalised", "flat"] = "exp"
+  """eq. 12's round budget: exp (exp(-e) (eps_T - eps_c) / (T - t + 1)), normalised
+  (exp(-e) over its running mean: spends the whole budget) or flat (no exp(-e) factor;
+  a control)"""
   gompertz: Literal["increasing", "fedadp"] = "increasing"
   """eq. 15's map: increasing in the smoothed angle (the text) or FedAdp's decreasing one"""
   kp: float = 0.9
@@ -122,6 +126,10 @@ class LapaOptions:
   """ARB-approx's step: next budget x (1 +- beta)"""
   min_share: float = 0.5
   """LAPA's floor: every scheduled device gets >= min_share x eps[t] (note B4's clamp)"""
+  ground_cost: Literal["index", "discrete"] = "index"
+  """eq. 20's ground cost between labels: index (|a - b| on the label numbers, the
+  note's) or discrete (1{a != b}: W1 is the total variation, independent of how the
+  labels are numbered)"""
   channel_seed: Optional[int] = None
   """seed of the device positions and Rayleigh channels (default: the run's seed)"""
 
@@ -251,7 +259,7 @@ class Lapa(FederatedAlgorithm):
                           option="dataset")
     x, y = data.x[data.example_mask], data.y[data.example_mask]
     fd = devices.mixture_federated_data(
-        x, y, options.num_iid, options.num_non_iid, seed=run.seed,
+        x, y, options.num_iid, options.num_non_iid, seed=run.partition_seed,
         num_classes=data.num_classes, test_x=data.test_x, test_y=data.test_y,
         name=data.name, source=data.source, is_subset=data.is_subset)
     return Prepared(fd)
@@ -302,7 +310,7 @@ class Lapa(FederatedAlgorithm):
         window=int(o.window), error_scale=1.0 if o.error_scale != "clip" else
         float(o.clip_norm), alpha=float(o.alpha),
         gompertz=o.gompertz, split=o.split, arb_beta=float(o.arb_beta),
-        min_share=float(o.min_share))
+        min_share=float(o.min_share), budget=o.round_budget)
     alg = lapa(setup.model, setup.data, allocator=acfg, aggregator=o.aggregator,
                clipping=o.clipping, batch_size=o.batch_size,
                learning_rate=o.learning_rate, clip_norm=o.clip_norm, delta=run.delta,
@@ -310,7 +318,7 @@ class Lapa(FederatedAlgorithm):
                calibration_sensitivity=o.calibration_sensitivity, switch=o.switch,
                error_scale=o.error_scale, label_statistics=o.label_statistics,
                label_noise_multiplier=o.label_noise_multiplier,
-               filter_budget=o.filter_budget)
+               filter_budget=o.filter_budget, ground_cost=o.ground_cost)
     from fedjax_dp.federated import sharding
     init = alg.init
     alg = dataclasses.replace(  # placed on the mesh like the population: one compilation

@@ -88,7 +88,7 @@ def project_histograms(histograms, counts):
   return jnp.maximum(v - tau, 0.0)
 
 
-def label_statistics(histograms, counts, selected):
+def label_statistics(histograms, counts, selected, ground_cost: str = "index"):
   """The Wasserstein aggregator's statistics from (noisy) label histograms, pure
   post-processing (jnp): each row projected onto {h >= 0, sum h = |D_i|}
   (`project_histograms`; |D_i| is public under replace-one) and divided by |D_i| into a
@@ -103,6 +103,9 @@ def label_statistics(histograms, counts, selected):
     histograms: float ``[N, K]``.
     counts: ``[N]`` |D_i| (public under replace-one).
     selected: bool ``[N]``.
+    ground_cost: eq. 20's ground cost between labels (`aggregation.label_distance`):
+      ``"index"`` (|a - b|, default) or ``"discrete"`` (1{a != b}: W1 is the total
+      variation, independent of the label numbering).
 
   Returns:
     ``(pmfs [N, K], distances [N], weights [N])``, float32 jax arrays.
@@ -112,7 +115,7 @@ def label_statistics(histograms, counts, selected):
   k = h.shape[1]
   pmf = jnp.where(n[:, None] > 0, h / jnp.maximum(n, 1e-30)[:, None], 1.0 / k)
   glob = jnp.sum(n[:, None] * pmf, axis=0) / jnp.maximum(jnp.sum(n), 1e-30)
-  dist = aggregation.wasserstein_1d(pmf, glob)
+  dist = aggregation.label_distance(pmf, glob, ground_cost)
   w = aggregation.wasserstein_weights(dist, jnp.asarray(selected, bool))
   return pmf, dist.astype(jnp.float32), w.astype(jnp.float32)
 

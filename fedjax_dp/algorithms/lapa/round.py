@@ -139,6 +139,8 @@ class LapaConfig:
       (the paper's; not covered): only the names of the label fields depend on it
       (``*_exact`` fields are diagnostics); the noise is ``hp.label_noise_std``.
     num_classes: K, the label histograms' length (Wasserstein aggregator).
+    ground_cost: eq. 20's ground cost between labels: ``"index"`` (|a - b|) or
+      ``"discrete"`` (1{a != b}, numbering-invariant; `aggregation.label_distance`).
   """
   allocator: allocators.AllocatorConfig
   aggregator: str = "wasserstein"
@@ -150,11 +152,13 @@ class LapaConfig:
   max_noise_ratio: float = 1e3
   label_statistics: str = "dp"
   num_classes: int = 10
+  ground_cost: str = "index"
 
   def __post_init__(self):
     check_choice("aggregator", self.aggregator, AGGREGATORS)
     check_choice("label_statistics", self.label_statistics, LABEL_STATISTICS)
     check_int("num_classes", self.num_classes, minimum=1)
+    check_choice("ground_cost", self.ground_cost, aggregation.GROUND_COSTS)
     check_choice("clipping", self.clipping, CLIPPINGS)
     check_int("batch_size", self.batch_size, minimum=1)
     check_choice("error_scale", self.error_scale, ERROR_SCALES)
@@ -256,7 +260,7 @@ def release_labels(config: LapaConfig, hp: LapaHParams, data, key, selected, fir
   hist = label_histograms(data.y, data.counts, config.num_classes)
   k_label = jax.random.fold_in(key, _LABEL_STREAM)
   noisy = hist + hp.label_noise_std * jax.random.normal(k_label, hist.shape)
-  _, dist_new, w_new = label_statistics(noisy, hp.counts, selected)
+  _, dist_new, w_new = label_statistics(noisy, hp.counts, selected, config.ground_cost)
   label_hist = jnp.where(first, noisy, label_hist)
   label_dist = jnp.where(first, dist_new, label_dist)
   label_w = jnp.where(first, w_new, label_w)

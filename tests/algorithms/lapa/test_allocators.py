@@ -70,7 +70,8 @@ def _heterogeneous_rounds(seed=0, rounds=T, drift=0.05):
     ("kind", "adaptive"), ("epsilon_total", 0.0), ("epsilon_total", float("inf")),
     ("rounds", 0), ("kp", -0.1), ("ks", float("nan")), ("history_points", 1),
     ("window", 3), ("error_scale", 0.0), ("initial_error", -1.0), ("alpha", 0.0),
-    ("gompertz", "decreasing"), ("split", "max"), ("arb_beta", 1.0), ("arb_beta", -0.1)])
+    ("gompertz", "decreasing"), ("split", "max"), ("arb_beta", 1.0), ("arb_beta", -0.1),
+    ("budget", "linear")])
 def test_validate_config_names_the_field(field, value):
   config = A.AllocatorConfig("lapa", 1.0, 10)._replace(**{field: value})
   with pytest.raises(FedJaxDpError) as e:
@@ -347,8 +348,11 @@ def test_every_device_within_total_budget(kind, split):
     assert per_device.max() == pytest.approx(2.0, rel=1e-5)
     assert (eps_dev[-3:, SELECTED].min(axis=1) < eps_dev[-3:, SELECTED].max(axis=1)).all()
     assert (eps_dev[:, :3] == 0).any()
-  elif kind == "lapa":
-    np.testing.assert_allclose(eps_dev.sum(axis=1), eps, rtol=1e-5)   # sum mode
+  elif kind == "lapa" and split == "sum":
+    np.testing.assert_allclose(eps_dev.sum(axis=1), eps, rtol=1e-5)
+  elif kind == "lapa":                                                # equal split
+    np.testing.assert_allclose(eps_dev[:, SELECTED], np.repeat(eps[:, None], 3, 1),
+                               rtol=1e-5)
 
 
 def test_uniform_constant():
