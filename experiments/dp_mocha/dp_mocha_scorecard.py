@@ -24,7 +24,6 @@ import dp_mocha_common as common  # noqa: E402
 import dp_mocha_claims as claims  # noqa: E402
 
 README = os.path.join(os.path.dirname(os.path.abspath(__file__)), "README.md")
-BEGIN, END = "<!-- scorecard:begin -->", "<!-- scorecard:end -->"
 #: results file -> the function that turns it into rows (in the scorecard's order).
 SOURCES = (("fig2", claims.fig2_rows), ("fig3", claims.fig3_rows),
            ("fig4", claims.fig4_rows), ("fig5", claims.fig5_rows),
@@ -58,23 +57,6 @@ def build_rows(results: str) -> List[Any]:
   return rows
 
 
-def update_readme(table: List[str], path: str = README) -> None:
-  """Replaces the lines between `BEGIN` and `END` in ``path`` by ``table``.
-
-  Raises:
-    ValueError: the markers are missing.
-  """
-  with open(path) as f:
-    text = f.read()
-  if BEGIN not in text or END not in text:
-    raise ValueError(f"{path}: no {BEGIN} ... {END} block")
-  head, rest = text.split(BEGIN, 1)
-  _, tail = rest.split(END, 1)
-  with open(path + ".tmp", "w") as f:
-    f.write(head + BEGIN + "\n" + "\n".join(table) + "\n" + END + tail)
-  os.replace(path + ".tmp", path)
-
-
 def main(argv: Optional[List[str]] = None) -> int:
   """Writes ``<out>/scorecard.json`` and ``<out>/scorecard.md``."""
   p = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
@@ -95,7 +77,7 @@ def main(argv: Optional[List[str]] = None) -> int:
   claims.sc.write(os.path.join(out, "scorecard"), rows, meta)
   lines = claims.sc.render(rows)
   if a.readme:
-    update_readme([ln for ln in lines if ln.startswith("|")])
+    claims.sc.update_readme(README, rows)
   print("\n".join(lines))
   return 0
 
