@@ -12,6 +12,7 @@ compiles anything, so a rerun or a sweep over the same programs skips XLA compil
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from typing import Any, Dict, List, Optional
@@ -24,29 +25,50 @@ compilation_cache.enable()
 
 
 class Results:
-  """A JSON list of run dicts, rewritten atomically (write + rename) after every run."""
+  """A JSON list of run dicts, rewritten atomically (write + rename) after every run.
+
+  Several processes may add to one file at once (two scripts filling different
+  configurations of one figure): with ``resume`` (or after this process's first
+  `add`), `add` re-reads the file under an exclusive lock and appends to what is there,
+  and `has` sees the runs the others finished. Without ``resume`` the first `add`
+  starts the file afresh.
+  """
 
   def __init__(self, path: str, meta: Dict[str, Any], resume: bool = False):
     self.path = path
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     self.runs: List[Dict[str, Any]] = []
-    if resume and os.path.exists(path):
-      with open(path) as f:
-        self.runs = json.load(f)["runs"]
+    self._fresh = not resume
+    if resume:
+      self._reload()
     self.meta = meta
 
+  def _reload(self) -> None:
+    if os.path.exists(self.path):
+      with open(self.path) as f:
+        self.runs = json.load(f)["runs"]
+
   def has(self, **key) -> bool:
-    """Whether a saved run matches every ``key=value``."""
+    """Whether a saved run (of any process) matches every ``key=value``."""
+    if not self._fresh:
+      self._reload()
     return any(all(r.get(k) == v for k, v in key.items()) for r in self.runs)
 
   def add(self, run: Dict[str, Any]) -> None:
-    """Appends ``run`` and saves at once."""
-    self.runs.append(run)
-    self.save()
+    """Appends ``run`` to the file's runs (or, the first time without ``resume``, to
+    none) and saves at once, under an exclusive lock."""
+    with open(self.path + ".lock", "w") as lock:
+      fcntl.flock(lock, fcntl.LOCK_EX)
+      if self._fresh:
+        self.runs, self._fresh = [], False
+      else:
+        self._reload()
+      self.runs.append(run)
+      self.save()
 
   def save(self) -> None:
     """Writes the file atomically (non-JSON values become null)."""
-    tmp = self.path + ".tmp"
+    tmp = f"{self.path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
       json.dump({"meta": self.meta, "runs": self.runs}, f, indent=1,
                 default=lambda o: None)

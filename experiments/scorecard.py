@@ -47,7 +47,7 @@ from scipy import stats
 
 __all__ = ["MIN_SEEDS", "LEVEL", "VERDICTS", "CAUSES", "Summary", "Verdict", "Row",
            "summarize", "difference", "greater", "monotone", "inverted_u", "within",
-           "not_worse",
+           "not_worse", "BEGIN", "END", "update_readme",
            "matches_value", "render", "write", "fmt"]
 
 #: The standard's minimum number of seeds per setting.
@@ -342,3 +342,27 @@ def write(path: str, rows: Sequence[Row], meta: Optional[Dict[str, Any]] = None)
     json.dump(data, f, indent=1)
   with open(path + ".md", "w") as f:
     f.write("\n".join(render(rows)) + "\n")
+
+
+#: The markers around a README's generated scorecard table (`update_readme`).
+BEGIN = "<!-- scorecard:begin -->"
+END = "<!-- scorecard:end -->"
+
+
+def update_readme(path: str, rows: Sequence[Row]) -> None:
+  """Replaces the lines between `BEGIN` and `END` in the README at ``path`` by the
+  table of `render` (its ``|`` lines), so the README shows the stored scorecard.
+
+  Raises:
+    ValueError: the markers are missing.
+  """
+  with open(path) as f:
+    text = f.read()
+  if BEGIN not in text or END not in text:
+    raise ValueError(f"{path}: no {BEGIN} ... {END} block")
+  head, rest = text.split(BEGIN, 1)
+  _, tail = rest.split(END, 1)
+  table = [ln for ln in render(rows) if ln.startswith("|")]
+  with open(path + ".tmp", "w") as f:
+    f.write(head + BEGIN + "\n" + "\n".join(table) + "\n" + END + tail)
+  os.replace(path + ".tmp", path)

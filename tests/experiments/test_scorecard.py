@@ -146,3 +146,39 @@ def test_rows_render_and_write(tmp_path):
     sc.Row("c", "p", {}, sc.Verdict("holds", "d"), "because")
   with pytest.raises(ValueError, match="verdict"):
     sc.Row("c", "p", {}, sc.Verdict("maybe", "d"), "none")
+
+
+def test_update_readme_replaces_only_the_marked_table(tmp_path):
+  s = sc.summarize([0.5, 0.52, 0.51, 0.49, 0.5])
+  row = sc.Row("claim", "p", {"x": s}, sc.Verdict("holds", "d"), "none")
+  readme = tmp_path / "README.md"
+  readme.write_text(f"# T\n\nintro\n{sc.BEGIN}\nold table\n{sc.END}\n\n## rest\n")
+  sc.update_readme(str(readme), [row])
+  text = readme.read_text()
+  assert "old table" not in text and text.startswith("# T\n\nintro\n")
+  assert text.endswith(f"{sc.END}\n\n## rest\n") and "| 1 | claim | p |" in text
+  readme.write_text("no markers")
+  with pytest.raises(ValueError, match="scorecard:begin"):
+    sc.update_readme(str(readme), [row])
+
+
+def test_results_files_take_runs_from_two_writers(tmp_path):
+  """Two processes filling one figure's file (results_store.Results with resume): each
+  sees the other's finished runs and neither overwrites them; without resume the
+  first add starts the file afresh."""
+  import results_store
+  path = str(tmp_path / "fig.json")
+  results_store.Results(path, {}, resume=False).add({"label": "old", "seed": 0})
+  a = results_store.Results(path, {"m": 1}, resume=True)
+  b = results_store.Results(path, {"m": 1}, resume=True)
+  a.add({"label": "x", "seed": 0})
+  assert b.has(label="x", seed=0)
+  b.add({"label": "y", "seed": 0})
+  a.add({"label": "x", "seed": 1})
+  stored = json.loads(open(path).read())["runs"]
+  assert [(r["label"], r["seed"]) for r in stored] == [("old", 0), ("x", 0), ("y", 0),
+                                                       ("x", 1)]
+  fresh = results_store.Results(path, {}, resume=False)
+  assert fresh.has(label="x", seed=0) is False
+  fresh.add({"label": "z", "seed": 0})
+  assert [r["label"] for r in json.loads(open(path).read())["runs"]] == ["z"]
