@@ -97,6 +97,10 @@ class RdpPflOptions:
   whole padded draw at once)"""
   per_example_method: Literal["auto", "ghost", "vmap"] = "auto"
   """per-example clipped gradients of the first-order terms"""
+  power_iterations: int = 20
+  """paper mode: power iterations estimating ||I - eta H_Q||_2 for eq. (9)'s c1 (not
+  stated in the paper; note G3). The estimate is a lower bound; the product is
+  clipped to C again whatever it is, so fewer iterations never weaken the guarantee"""
 
 
 class RdpPfl(FederatedAlgorithm):
@@ -236,6 +240,7 @@ class RdpPfl(FederatedAlgorithm):
         support_sampling_rate=o.support_sampling_rate, clip_mode=o.clip_mode,
         aggregation=o.aggregation, private=self.calibrates(o),
         micro_batch_size=o.micro_batch_size, per_example_method=o.per_example_method,
+        power_iterations=o.power_iterations,
         chunk_size=setup.run.chunk_size, mesh=setup.mesh,
         query_rows=None if split is None else split.query_rows,
         nominal_sizes=None if split is None else split.nominal_sizes)
