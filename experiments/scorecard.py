@@ -349,9 +349,10 @@ BEGIN = "<!-- scorecard:begin -->"
 END = "<!-- scorecard:end -->"
 
 
-def update_readme(path: str, rows: Sequence[Row]) -> None:
+def update_readme(path: str, rows: Sequence[Row], footnotes: bool = False) -> None:
   """Replaces the lines between `BEGIN` and `END` in the README at ``path`` by the
-  table of `render` (its ``|`` lines), so the README shows the stored scorecard.
+  table of `render` (its ``|`` lines; with ``footnotes`` also each verdict's rule and
+  interval), so the README shows the stored scorecard.
 
   Raises:
     ValueError: the markers are missing.
@@ -362,7 +363,7 @@ def update_readme(path: str, rows: Sequence[Row]) -> None:
     raise ValueError(f"{path}: no {BEGIN} ... {END} block")
   head, rest = text.split(BEGIN, 1)
   _, tail = rest.split(END, 1)
-  table = [ln for ln in render(rows) if ln.startswith("|")]
+  table = render(rows) if footnotes else [ln for ln in render(rows) if ln.startswith("|")]
   with open(path + ".tmp", "w") as f:
     f.write(head + BEGIN + "\n" + "\n".join(table) + "\n" + END + tail)
   os.replace(path + ".tmp", path)

@@ -239,11 +239,16 @@ def main(argv=None) -> List[Any]:
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   ap.add_argument("--out", default=os.path.join(RESULTS, "scorecard"),
                   help="path without extension (default results/scorecard)")
+  ap.add_argument("--readme", action="store_true",
+                  help="also replace the README's table between the scorecard markers")
   args = ap.parse_args(argv)
   rows = build()
   SC.write(args.out, rows,
            meta={"paper": "001 LAPA (Sun et al., arXiv 2505.19823)",
                  "script": "experiments/lapa/scorecard.py"})
+  if args.readme:
+    SC.update_readme(os.path.join(os.path.dirname(RESULTS), "README.md"), rows,
+                     footnotes=True)
   print("\n".join(render_rows(rows)))
   return rows
 

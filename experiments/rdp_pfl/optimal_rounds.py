@@ -11,6 +11,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rdp_pfl_common as common  # noqa: E402
+import rdp_pfl_sweep  # noqa: E402
 
 from fedjax_dp.algorithms.rdp_pfl import paper_accounting, theory  # noqa: E402
 
@@ -37,33 +38,33 @@ def theory_rows(eps: float = 2.0, q: float = 0.1, delta: float = 1e-3):
 
 
 def main(argv=None) -> int:
-  a = common.arg_parser(__doc__, rounds=0).parse_args(argv)
-  values = [25, 50, 100, 200, 400]
+  p = common.arg_parser(__doc__, rounds=0)
+  p.add_argument("--modes", default="ours", help="comma list: ours, paper")
+  p.add_argument("--values", default="25,50,100,200,400", help="comma list of T")
+  a = p.parse_args(argv)
+  values = [int(v) for v in a.values.split(",")]
   if a.quick:
     a.seeds, values = 1, [2, 4]
-  # Each T is its own run length: one sweep per value (the rounds option).
+  modes = [m for m in a.modes.split(",") if m]
+  # Each T is its own run length: one configuration per value (the rounds option).
   res = None
-  for T in values:
-    a.rounds = T
-    res = common.sweep(a, "optimal_rounds", [dict(label=f"T={T}", rounds=T)],
-                       dict(figure="optimal T", values=values))
-    a.resume = True  # the next T adds to this file
+  for mode in modes:
+    for T in values:
+      a.rounds = T
+      res = common.sweep(a, "optimal_rounds",
+                         [rdp_pfl_sweep.mode_config(a, mode, "rounds", T, f"T={T}")],
+                         dict(figure="optimal T", values=values))
+      a.resume = True  # the next T adds to this file
+  assert res is not None
   groups = common.by_label(res)
   lines = common.table(groups, common.STANDARD_COLUMNS)
-  means = [(int(g[2:]), common.mean_std([r["final_accuracy"] for r in rs])[0])
-           for g, rs in groups.items()]
-  means.sort()
-  best = max(means, key=lambda m: m[1]) if means else None
   lines += ["", "Theory (Theorem 3, note 10.2; illustrative constants L = B = lambda = 1, "
             "G(w0) - G* = ln 10, MLP S = 199,210, eta = beta = 0.01, C = 2.4, q = 0.1):", "",
             "| Theta | T* closed form | T* with the exact sigma(T) |", "|---|---|---|"]
   for th, closed, numeric in theory_rows():
     lines.append(f"| {th} | {closed:.1f} | {numeric:.0f} |")
-  if best is not None:
-    interior = best[0] not in (means[0][0], means[-1][0])
-    lines += ["", f"Measured: the best T is {best[0]} (accuracy {best[1]:.4f}); "
-              f"{'an interior optimum (the claim holds)' if interior else 'at the end of the grid (no interior optimum measured: the claim fails on this grid)'}"
-              "; accuracy by T: " + ", ".join(f"{t}: {m:.4f}" for t, m in means) + "."]
+  lines += [""] + rdp_pfl_sweep.verdict_lines(groups, list(groups), "inverted_u",
+                                               "final_accuracy")
   a.rounds = max(values)
   res.meta["rounds"] = "varied"
   common.write_report(a, res, "optimal_rounds", "Optimal number of rounds T (epsilon 2)",
