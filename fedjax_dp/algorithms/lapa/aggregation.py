@@ -173,19 +173,7 @@ def wasserstein_1d(p: Any, q: Any):
     FedJaxDpError: on mismatched K; (numpy) on entries that are negative or rows that do
       not sum to 1.
   """
-  xp = jnp if _is_jax(p, q) else np
-  pa = xp.asarray(p) if xp is jnp else np.asarray(p, dtype=np.float64)
-  qa = xp.asarray(q) if xp is jnp else np.asarray(q, dtype=np.float64)
-  if qa.ndim != 1 or pa.ndim < 1 or pa.shape[-1] != qa.shape[0]:
-    raise FedJaxDpError(
-        f"p must be [..., K] and q [K] with the same K, got {pa.shape} and {qa.shape}.",
-        option="p")
-  if xp is np:
-    for name, a in (("p", pa), ("q", qa)):
-      if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(
-          np.abs(a.sum(axis=-1) - 1.0) > _PMF_ATOL):
-        raise FedJaxDpError(f"{name} must hold PMFs (entries >= 0, summing to 1).",
-                            option=name)
+  xp, pa, qa = _pmf_pair(p, q)
   diff = xp.cumsum(pa, axis=-1) - xp.cumsum(qa)
   return xp.sum(xp.abs(diff[..., :-1]), axis=-1)
 
@@ -206,6 +194,21 @@ def total_variation(p: Any, q: Any):
 
   Returns:
     ``[...]`` distances: numpy float64 or a jax array.
+
+  Raises:
+    FedJaxDpError: as `wasserstein_1d` (mismatched K; with numpy, not PMFs).
+  """
+  xp, pa, qa = _pmf_pair(p, q)
+  return 0.5 * xp.sum(xp.abs(pa - qa), axis=-1)
+
+
+def _pmf_pair(p: Any, q: Any):
+  """``(xp, p, q)``: the array module (jax for traced or jax inputs, else numpy with
+  float64) and the two label PMFs, checked.
+
+  Raises:
+    FedJaxDpError: mismatched K; (numpy) entries that are negative or non-finite, or
+      rows that do not sum to 1.
   """
   xp = jnp if _is_jax(p, q) else np
   pa = xp.asarray(p) if xp is jnp else np.asarray(p, dtype=np.float64)
@@ -214,7 +217,13 @@ def total_variation(p: Any, q: Any):
     raise FedJaxDpError(
         f"p must be [..., K] and q [K] with the same K, got {pa.shape} and {qa.shape}.",
         option="p")
-  return 0.5 * xp.sum(xp.abs(pa - qa), axis=-1)
+  if xp is np:
+    for name, a in (("p", pa), ("q", qa)):
+      if not np.all(np.isfinite(a)) or np.any(a < 0) or np.any(
+          np.abs(a.sum(axis=-1) - 1.0) > _PMF_ATOL):
+        raise FedJaxDpError(f"{name} must hold PMFs (entries >= 0, summing to 1).",
+                            option=name)
+  return xp, pa, qa
 
 
 def label_distance(p: Any, q: Any, ground_cost: str = "index"):
