@@ -19,3 +19,16 @@ def load_script(folder: str, name: str):
 def load_json(path):
   with open(path) as f:
     return json.load(f)
+
+
+#: The first line of every scorecard table (experiments/scorecard.py's `render`).
+SCORECARD_HEADER = "| # | claim | paper | ours: mean [95% CI] (n seeds) | verdict | cause |"
+
+
+def scorecard_table(lines):
+  """The rows of the first scorecard table (``| # | ...`` and the ``|`` lines after it)
+  in ``lines``."""
+  start = next(i for i, l in enumerate(lines) if l.startswith("| # |"))
+  end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")),
+             len(lines))
+  return lines[start:end]

@@ -5,21 +5,13 @@ the README opens with that table."""
 import json
 import os
 
-from experiment_scripts import ROOT, load_script
+from experiment_scripts import ROOT, SCORECARD_HEADER as HEADER, load_script
+from experiment_scripts import scorecard_table as _table
 
 report = load_script("padpfl", "report")
 sc = report.sc
 FOLDER = os.path.join(ROOT, "experiments", "padpfl")
 RESULTS = os.path.join(FOLDER, "results")
-HEADER = "| # | claim | paper | ours: mean [95% CI] (n seeds) | verdict | cause |"
-
-
-def _table(lines):
-  """The first markdown table of ``lines`` (its rows)."""
-  start = next(i for i, l in enumerate(lines) if l.startswith("| # |"))
-  end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")),
-             len(lines))
-  return lines[start:end]
 
 
 def test_scorecard_from_the_stored_runs(tmp_path):
