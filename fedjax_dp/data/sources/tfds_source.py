@@ -49,7 +49,7 @@ from fedjax_dp.data.sources.errors import DatasetNotAvailableError
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
 __all__ = [
-    "TFDS_NAMES", "EMNIST_CONFIGS", "tfds_name_for", "tfds_installed", "how_to_get",
+    "TFDS_NAMES", "EMNIST_CONFIGS", "INSTALL", "tfds_name_for", "tfds_installed", "how_to_get",
     "default_data_dirs", "is_prepared", "load_tfds",
 ]
 
@@ -89,17 +89,23 @@ def _tf_installed() -> bool:
   return importlib.util.find_spec("tensorflow") is not None
 
 
+#: How to add TFDS to an install (it is an optional extra).
+INSTALL = 'pip install "fedjax_dp[tfds]"'
+
+
 def _import_tfds():
+  """``tensorflow_datasets``, imported on first use (an optional extra)."""
   if not tfds_installed():
     raise DatasetNotAvailableError(
-        "tensorflow_datasets is not installed (pip install tensorflow-datasets).")
+        f"reading a prepared TFDS dataset needs tensorflow_datasets, which is not "
+        f"installed: {INSTALL}.")
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
   return tfds
 
 
 def how_to_get(tfds_name: str) -> str:
   """Instructions for preparing ``tfds_name`` where downloads are possible."""
-  return (f"on a machine with internet and TensorFlow, run "
+  return (f"install TFDS ({INSTALL}); on a machine with internet and TensorFlow, run "
           f"`tfds.builder({tfds_name!r}).download_and_prepare(file_format='array_record')` "
           "and copy the resulting directory into ~/tensorflow_datasets (or $TFDS_DATA_DIR, "
           "or pass data_dir)")
