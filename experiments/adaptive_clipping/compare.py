@@ -1,4 +1,4 @@
-"""Adaptive clipping against a sweep of fixed clip norms, at equal epsilon (issue 20).
+"""Adaptive clipping against a sweep of fixed clip norms, at equal epsilon.
 
 Andrew, Thakkar, McMahan, Ramaswamy, "Differentially Private Learning with Adaptive
 Clipping", NeurIPS 2021 (arXiv:1905.03871): DP-FedAvg whose clip norm tracks the

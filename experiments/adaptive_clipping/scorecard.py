@@ -1,4 +1,4 @@
-"""The adaptive-clipping scorecard (issue 33): the paper's claim as one row per setting,
+"""The adaptive-clipping scorecard: the paper's claim as one row per setting,
 ours as mean and 95% CI over the seeds, the verdict by `experiments/scorecard.py`'s
 ``within`` rule, computed from the per-seed final accuracies that ``compare.py`` stored
 (results/compare.json); below it, every fixed clip norm's mean and CI.

@@ -2,7 +2,7 @@
 
 Paper settings (section V-A): U = 100 clients, K = 10 per round (q = 0.1), tau = 5
 full-batch GD steps, parameter clip C = 5, delta = 1e-3, epsilon = 10, M = 30. The
-learning rate is not stated; we use eta = 0.1 (note, section 9 item 1).
+learning rate is not stated; we use eta = 0.1.
 
 Data: the paper's MLP runs use MNIST (600 images per client). Full MNIST cannot be
 installed offline here; `--dataset mnist` uses TFDS when prepared, otherwise the
@@ -10,7 +10,7 @@ installed offline here; `--dataset mnist` uses TFDS when prepared, otherwise the
 DP curves sit near chance). The default is Fashion-MNIST (Debian's package), the same
 28x28x1 shape with exactly the paper's 600 images per client and Delta_s = 1/60.
 
-Results files written before issue 13 stored the accountant's epsilon with Delta_s
+Results files written before commit 3dab836 stored the accountant's epsilon with Delta_s
 (which the code does not enforce) as ``epsilon_rdp``; `refresh_epsilons` migrates them
 (``--resume`` and ``--report-only`` do it on load) without re-training.
 """
@@ -146,7 +146,7 @@ def epsilons(stddevs: tuple, calibration_sensitivity: float, sensitivity: float,
   with the sensitivity the code enforces (``sensitivity``: 2C, or the clipped-gradient
   bound). ``epsilon_rdp_conditional``: the same ledger *if* the paper's Delta_s =
   2C/|D_k| held (not enforced: the local gradients are not clipped).
-  ``epsilon_rdp_poisson``: conditional too, Poisson q = K/U, the note's diagnostic
+  ``epsilon_rdp_poisson``: conditional too, Poisson q = K/U, our diagnostic
   (section 2.8, caveat 3). PLD is left out: dp-accounting has no PLD for sampling
   without replacement, and the Poisson PLD of 30 distinct small noise multipliers takes
   minutes per schedule."""
@@ -179,10 +179,10 @@ def _population(meta: Dict[str, Any]):
 
 
 def refresh_epsilons(run: Dict[str, Any], meta: Dict[str, Any]) -> bool:
-  """Brings one stored run of the code before issue 13 up to date, in place, without
+  """Brings one stored run of the code before commit 3dab836 up to date, in place, without
   re-training; returns whether it changed anything.
 
-  Before issue 13 a run stored ``sensitivity`` = the paper's Delta_s = 2C/min|D_k| and
+  Before that commit a run stored ``sensitivity`` = the paper's Delta_s = 2C/min|D_k| and
   its ``epsilon_rdp`` was computed with it: that accountant epsilon holds only if the
   paper's sensitivity assumption held, which the code does not enforce (the local
   gradients are not clipped). The noise schedule was (and is) calibrated with Delta_s

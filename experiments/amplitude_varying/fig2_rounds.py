@@ -1,5 +1,5 @@
-"""Fig. 2 of paper 004: test loss and accuracy against the aggregation index m (M = 30,
-epsilon = 10) for vartheta in {0.9, 0.95, 1, 1.05, 1.1} and the Laplace baseline.
+"""Fig. 2 of the amplitude-varying paper: test loss and accuracy against the aggregation
+index m (M = 30, epsilon = 10) for vartheta in {0.9, 0.95, 1, 1.05, 1.1} and the Laplace baseline.
 
 Usage:
   python experiments/amplitude_varying/fig2_rounds.py            # 3 seeds, M = 30

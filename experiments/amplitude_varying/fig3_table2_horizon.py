@@ -1,7 +1,7 @@
-"""Fig. 3 and Table II of paper 004: the final model's test loss and accuracy against the
-total number of aggregations M (each point a standalone run with sigma recalibrated for
-that M by eq. 8; epsilon = 10), for vartheta in {0.9, 0.95, 1, 1.05, 1.1} and the
-Laplace baseline; Table II's first-round sigma (M = 30) and minimum loss, and M*.
+"""Fig. 3 and Table II of the amplitude-varying paper: the final model's test loss and
+accuracy against the total number of aggregations M (each point a standalone run with
+sigma recalibrated for that M by eq. 8; epsilon = 10), for vartheta in {0.9, 0.95, 1,
+1.05, 1.1} and the Laplace baseline; Table II's first-round sigma (M = 30) and minimum loss, and M*.
 Fig. 4 is the same sweep for vartheta = 1.05 over epsilon (``--fig4``). With ``--cnn``
 the model is the paper's LeNet-5 CNN on Fashion-MNIST: Figs. 8 (c, d) and 10 (FMNIST
 panels), in reduced CPU settings (minibatch 50 per local step, eta = 0.05, a coarse M

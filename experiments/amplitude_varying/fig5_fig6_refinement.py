@@ -1,8 +1,8 @@
-"""Figs. 5 and 6 of paper 004: online refinement (Theorem 2, eq. 9). When the test loss
-stops decreasing, the horizon becomes M' = ceil(alpha_d M) and sigma is recomputed;
-alpha_d in {0.8, 0.9}, M = 30, epsilon = 10. Fig. 5 plots M' against m, Fig. 6 the test
-loss and accuracy. Both refinement modes run: ``paper`` (eq. 9 as printed) and
-``exact_budget`` (the note's variant, which never exceeds the budget).
+"""Figs. 5 and 6 of the amplitude-varying paper: online refinement (Theorem 2, eq. 9).
+When the test loss stops decreasing, the horizon becomes M' = ceil(alpha_d M) and sigma
+is recomputed; alpha_d in {0.8, 0.9}, M = 30, epsilon = 10. Fig. 5 plots M' against m,
+Fig. 6 the test loss and accuracy. Both refinement modes run: ``paper`` (eq. 9 as printed) and
+``exact_budget`` (our variant, which never exceeds the budget).
 
 Usage:
   python experiments/amplitude_varying/fig5_fig6_refinement.py [--quick]

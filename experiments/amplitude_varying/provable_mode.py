@@ -1,4 +1,4 @@
-"""Provable privacy for paper 004's Algorithm 1 (issue 13): the paper's calibration
+"""Provable privacy for the amplitude-varying paper's Algorithm 1: the paper's calibration
 against the clipped-gradient mode, on the paper's MLP setting.
 
 The paper calibrates the noise (eq. 8) with Delta_s = 2C/|D_k|, a sensitivity that
@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     a.seeds, a.rounds, varthetas, norms, test_size = 1, 2, (1.05,), norms[:1], 1000
   setup = common.Setup(a.dataset, test_size=test_size)
   res = common.open_results(path, dict(
-      figure="provable mode (issue 13)", setup=setup.description, rounds=a.rounds,
+      figure="provable mode", setup=setup.description, rounds=a.rounds,
       seeds=a.seeds, grad_clip_norms=list(norms), long_rounds=a.long_rounds,
       paper=common.PAPER), resume=a.resume)
   for seed in range(a.seeds):
@@ -108,7 +108,7 @@ def summarize(res, out, rounds, description):
   loss_panel = "test loss (vartheta = 1; runs with loss > 10 left out)"
   acc_panel = "test accuracy (the same runs)"
   curves = {loss_panel: [], acc_panel: []}
-  lines = [f"Provable mode (issue 13): {description}; MLP 784-32-10 linear, M = {rounds} "
+  lines = [f"Provable mode: {description}; MLP 784-32-10 linear, M = {rounds} "
            "(unless the setting says otherwise), epsilon = 10, delta = 1e-3, K = 10 of U = 100, C = 5, eta = 0.1.", "",
            "| setting | Delta of eq. (8) | Delta of the guarantee | sigma_1 | sigma_M | "
            "final loss | final acc | eps paper | eps RDP guarantee (Delta enforced) | "

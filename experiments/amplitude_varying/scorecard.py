@@ -1,4 +1,4 @@
-"""The scorecard of paper 004 (amplitude-varying perturbation) from the stored runs.
+"""The scorecard of amplitude-varying perturbation (IEEE TIFS 2023) from the stored runs.
 
 Reads the results files of this folder (`fig2_rounds.py`, `fig3_table2_horizon.py`,
 `fig5_fig6_refinement.py`, `table3_mia.py`) and writes ``scorecard.{json,md}``: every
@@ -240,7 +240,7 @@ def fig2_rows(f: Figure) -> List[sc.Row]:
                     "Lap is worse than the Gaussian mechanisms (Fig. 2)", "A vartheta=1",
                     f.curve(vlabel(1.0), 30), "B Lap", f.curve("Lap", 30),
                     base + "; Lap: b = M sqrt(P) Delta_s / epsilon, the L1 sensitivity of "
-                    "pure DP (issue 30)", "our reconstruction"))
+                    "pure DP", "our reconstruction"))
   return rows
 
 

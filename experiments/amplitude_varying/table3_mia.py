@@ -1,5 +1,5 @@
-"""Table III of paper 004: membership-inference success against the final global model,
-vartheta in {0.95, 1, 1.05} x epsilon in {5, 10, 20}, and without DP.
+"""Table III of the amplitude-varying paper: membership-inference success against the
+final global model, vartheta in {0.95, 1, 1.05} x epsilon in {5, 10, 20}, and without DP.
 
 Protocol (the paper gives only "50 trials, 25 shadow models"; note section 9 item 23):
 Fashion-MNIST is split into disjoint pools. The target federation has U = 100 clients of

@@ -1,4 +1,4 @@
-"""The DP-FTRL / banded-MF scorecard (issue 33): every claim as a row with ours as mean
+"""The DP-FTRL / banded-MF scorecard: every claim as a row with ours as mean
 and 95% CI over the seeds, and a verdict by `experiments/scorecard.py`'s rules, computed
 from the per-seed final accuracies stored by ``compare.py`` (results/compare.json).
 

@@ -1,4 +1,4 @@
-"""Reference points paper 002 does not have (clearly labelled ``[reference]``), on the same
+"""Reference points DP-MOCHA's paper does not have (clearly labelled ``[reference]``), on the same
 task, data, splits, solver and metric as the figure scripts, all non-private except the
 DP-MOCHA row:
 
@@ -14,7 +14,7 @@ DP-MOCHA row:
 
 Each method uses its own cross-validated lambda when cv_lambda.json has it (MOCHA's
 ``baselines.m`` also cross-validates each method). MOCHA's paper reports on UCI HAR's
-published features (recalled in note 002 Sec. 11, unverified): global 2.2%, local
+published features (recalled from the MOCHA paper, unverified): global 2.2%, local
 1.3%, MTL 0.5%.
 
 Usage:
@@ -30,8 +30,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dp_mocha_common as common  # noqa: E402
 
-#: MOCHA (Smith et al., NeurIPS 2017) on UCI HAR's published features, as recalled by
-#: note 002 Sec. 11 ("verify before quoting").
+#: MOCHA (Smith et al., NeurIPS 2017) on UCI HAR's published features, as recalled
+#: (unverified).
 MOCHA_PAPER = {"global": 0.022, "local": 0.013, "mtl": 0.005}
 #: (key, label, lambda method).
 METHODS = (("constant", "[reference] constant 'always -1' predictor", None),
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
   runs = [r for r in res.runs if r["outer_rounds"] == a.outer_rounds
           and r["inner_rounds"] == a.inner_rounds and r.get("dataset") == a.dataset]
   lines = [
-      "# Reference points paper 002 lacks (labelled [reference]) and DP-MOCHA", "",
+      "# Reference points DP-MOCHA's paper lacks (labelled [reference]) and DP-MOCHA", "",
       f"Data: {res.meta['data']}.", "",
       f"Scale: H = {a.outer_rounds} x K = {a.inner_rounds} rounds (the global SVM: "
       f"{a.outer_rounds * a.inner_rounds} rounds of one pass over the pooled rows), "
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                      [r["final_test_error"] for r in rs], None))
   common.plot(os.path.join(a.out, "baselines.png"),
               [("mean per-device test error", "trial", curves, [], [])],
-              f"Reference points (not in paper 002); {common.FEATURES_NOTE}; "
+              f"Reference points (not in DP-MOCHA's paper); {common.FEATURES_NOTE}; "
               f"H={a.outer_rounds}, K={a.inner_rounds}", logy=True)
   return 0
 

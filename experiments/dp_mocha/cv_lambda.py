@@ -1,13 +1,13 @@
-"""Lambda of paper 002's runs by 5-fold interleaved cross-validation on NON-private MOCHA.
+"""Lambda of the DP-MOCHA runs by 5-fold interleaved cross-validation on NON-private MOCHA.
 
-The paper picks "lambda and gamma" by 5-fold cross-validation without a grid (note 002
-Sec. 9, 14.12-14.13). As MOCHA's ``cross_val_1.m``: fold f's validation rows are
+The paper picks "lambda and gamma" by 5-fold cross-validation without a grid
+(Sec. VII-A). As MOCHA's ``cross_val_1.m``: fold f's validation rows are
 ``fold::5`` of every device's TRAINING rows (te_idx = fold:5:n_t), the other rows train,
 the score is the mean per-device validation error averaged over the folds, and the
 lambda with the lowest score wins (the first in grid order on a tie). Selecting on the
-non-private run is the note's documented choice (14.13: CV on private data would itself
+non-private run is our choice (CV on private data would itself
 cost privacy, which the paper ignores). Grid {1e-3, 1e-2, 0.1, 1, 10, 100} (the loss is
-a SUM over samples, note 14.12). Beside MOCHA ("mtl", the lambda every figure script
+a SUM over samples). Beside MOCHA ("mtl", the lambda every figure script
 reads), the reference baselines' own lambdas: local SVMs (Omega = I / m fixed) and the
 global SVM (all rows pooled in one task, m = 1; its regulariser is lam ||w||^2 against
 the local SVMs' lam m ||w_t||^2, so the same lambda would not be comparable).

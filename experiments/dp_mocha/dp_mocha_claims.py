@@ -1,4 +1,4 @@
-"""Paper 002's claims judged by the reproduction standard's rules
+"""DP-MOCHA's claims judged by the reproduction standard's rules
 (`experiments/scorecard.py`), from the stored per-seed runs.
 
 Each ``*_row`` function takes the runs of one results JSON (``{"meta", "runs"}``) and
@@ -279,8 +279,8 @@ def fig5_rows(res: Dict[str, Any]) -> List[Any]:
 
 # --------------------------------------------------------------------------- baselines
 
-#: MOCHA (Smith et al. 2017) on UCI HAR's published features (note 002 Sec. 11,
-#: recalled, unverified).
+#: MOCHA (Smith et al. 2017) on UCI HAR's published features (recalled from the MOCHA
+#: paper, unverified).
 MOCHA_PAPER = {"mtl": 0.005, "global": 0.022, "local": 0.013}
 _BASELINE_NAMES = {"mtl": "MOCHA without noise", "global": "global SVM (one task)",
                    "local": "local SVMs"}
@@ -300,7 +300,7 @@ def baseline_rows(res: Dict[str, Any]) -> List[Any]:
                     "MOCHA's published error", f"{paper} (MOCHA paper, recalled)",
                     {key: sc.summarize(v)}, verdict,
                     cause(verdict, "forced data: features rebuilt from the raw HAPT "
-                          "recordings; MOCHA's numbers recalled (note 002 Sec. 11), "
+                          "recordings; MOCHA's numbers recalled from its paper, "
                           "unverified"),
                     f"{where}; rule: matches_value(ours, {paper}, tol "
                     f"{BASELINE_TOLERANCE:g})"))

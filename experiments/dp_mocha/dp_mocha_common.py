@@ -1,7 +1,7 @@
-"""Shared setup of the paper-002 reproductions (Hu, Guo, Li, Pei, Gong, "Personalized
-Federated Learning with Differential Privacy", DP-MOCHA; note 002 Secs. 5, 6.1, 9-14).
+"""Shared setup of the DP-MOCHA reproductions (Hu, Guo, Li, Pei, Gong, "Personalized
+Federated Learning with Differential Privacy", IEEE IoT-J 2020).
 
-The task (note 10.2): one device per HAR subject (m = 30), per device a linear SVM for
+The task (Sec. VII-A): one device per HAR subject (m = 30), per device a linear SVM for
 SITTING (+1) against the other five activities (-1), rows scaled to unit L2 norm, a
 random per-subject 75/25 split redrawn for every trial (MOCHA's ``split_data.m`` rule;
 trial t = split seed t = noise seed t). Data: ``load_dataset("har_features", seed=t,
@@ -10,14 +10,14 @@ row_l2=True)``, UCI HAR's 561 features REBUILT by fedjax_dp from the raw HAPT re
 
 Every run is `fedjax_dp.algorithms.dp_mocha.algorithm.simulate` (the functional API:
 one compiled scan per outer iteration, reused for every hyper-parameter value), with the
-paper's stated settings (note Sec. 9) and the note's choices where the paper is silent:
+paper's stated settings (Sec. VII-A) and our choices where the paper is silent:
 xi = 0.5 (beta = xi m = 15), r = 1, delta = 1e-3, s2 from the noisy dual step
-(``s2_mode="noisy_l2"``), W resynchronised after every Omega update (note 14.5), lambda
-by 5-fold CV of the non-private run (``cv_lambda.py``; note 14.13).
+(``s2_mode="noisy_l2"``), W resynchronised after every Omega update, lambda
+by 5-fold CV of the non-private run (``cv_lambda.py``).
 
 Privacy (per device, record level): sigma1, sigma2 from the plug-in's calibration
-(`fedjax_dp.algorithms.dp_mocha.plugin.DpMocha.noise_multipliers`, i.e. Theorem 5 with note 6.1's
-constants, q_t = (1 - tau / 2) n_min / n_t, p = 1 - P, K = every round of THAT run,
+(`fedjax_dp.algorithms.dp_mocha.plugin.DpMocha.noise_multipliers`, i.e. Theorem 5 with our
+choice of its constants, q_t = (1 - tau / 2) n_min / n_t, p = 1 - P, K = every round of THAT run,
 r = 1). Each private point reports three epsilons (`privacy_fields`): the paper's
 (Theorem 5 at the calibrated sigmas, = the target), the accountant's with the paper's
 sensitivities (exact Gaussian composition of the device's releases, no amplification)
@@ -54,10 +54,10 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 #: Stated in every output (the features are ours, not UCI HAR's published matrices).
 FEATURES_NOTE = ("features rebuilt from the raw HAPT recordings (not UCI HAR's published "
                  "matrices)")
-#: The paper's settings (note 002 Sec. 9): H outer x K inner rounds, epsilon, delta.
+#: The paper's settings (Sec. VII-A): H outer x K inner rounds, epsilon, delta.
 PAPER = dict(outer_rounds=10, inner_rounds=2000, epsilon=8.0, delta=1e-3, trials=10,
              positive_class=3)
-#: The note's choices where the paper is silent (note 14.1, 14.2, 14.5, 14.6).
+#: Our choices where the paper is silent.
 XI = 0.5
 BUDGET_RATIO = 1.0
 S2_MODE = "noisy_l2"
@@ -306,7 +306,7 @@ def ledger_fields(sim: Dict[str, Any], s1: np.ndarray, s2: np.ndarray,
 def privacy_fields(sim: Dict[str, Any], cal: Dict[str, Any], epsilon: float,
                    delta: float = PAPER["delta"]) -> Dict[str, Any]:
   """The three epsilons of one private run (each the worst device's):
-  ``epsilon_paper`` (Theorem 5, note 6.1's constants, at the calibrated sigmas,
+  ``epsilon_paper`` (Theorem 5, our choice of its constants, at the calibrated sigmas,
   `paper_calibration.theorem5_epsilon`; equals the target by construction) and
   `ledger_fields`' ``epsilon_accountant`` and ``epsilon_provable``. Also sigma ranges,
   releases, q and p."""
@@ -520,7 +520,7 @@ def header(res: Results, title: str, extra: str = "") -> List[str]:
           f"Scale: {scale}. lambda = {m['lam']:g} ({m['lam_source']}), xi = {m['xi']} "
           f"(beta = xi m = {m['beta']:g}), r = {m['budget_ratio']:g}, delta = {m['delta']:g}, "
           f"s2 mode {m['s2_mode']}, W resynced after each Omega update. Private runs: "
-          "sigma1 = sigma2 per device by the paper's Theorem 5 (note 6.1 constants, "
+          "sigma1 = sigma2 per device by the paper's Theorem 5 (our constants, "
           "q_t = (1 - tau/2) n_min / n_t, p = 1 - P, K = all rounds of the run). Error: "
           "mean over devices of each device's 0/1 test error on its own held-out rows "
           "(mean ± std over trials). Epsilons: the worst device's.", ""] + (

@@ -1,4 +1,4 @@
-"""The one-parameter figures of paper 002 (Figs. 3-5: error against tau, P or epsilon):
+"""The one-parameter figures of DP-MOCHA (Figs. 3-5: error against tau, P or epsilon):
 runs, report and plot shared by ``fig3_tau.py``, ``fig4_drop.py`` and
 ``fig5_epsilon.py``. The reports' verdicts come from `dp_mocha_claims` (the reproduction
 standard's rules on the per-seed values), the same rows as ``results/scorecard.md``.

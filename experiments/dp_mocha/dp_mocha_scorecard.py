@@ -1,4 +1,4 @@
-"""Paper 002's (DP-MOCHA) scorecard: every claim of Figs. 2-5 (and the reference rows)
+"""DP-MOCHA's scorecard: every claim of Figs. 2-5 (and the reference rows)
 judged by the reproduction standard's rules (`dp_mocha_claims`, experiments/scorecard.py)
 from the stored per-seed runs, written to ``results/scorecard.{json,md}``. No training:
 it reads ``fig2.json``, ``fig3.json``, ``fig4.json``, ``fig5.json``, ``baselines.json``

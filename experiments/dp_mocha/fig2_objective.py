@@ -1,9 +1,9 @@
-"""Fig. 2 of paper 002: the primal objective P(W, Omega) (eq. 1, on the training data)
+"""Fig. 2 of DP-MOCHA: the primal objective P(W, Omega) (eq. 1, on the training data)
 against the round, private (epsilon 8, delta 1e-3) vs non-private, in three scenarios:
 (a) homogeneous (tau = 0, P = 0), (b) device variability tau = 0.5, (c) tau = 0.5 and
 drop probability P = 0.2.
 
-The paper's claim (note 002 Sec. 12, target 1): the private approach "will converge
+The paper's claim (Sec. VII-B): the private approach "will converge
 quickly" but "only converge[s] to a suboptimal value compared with the non-private
 approach", in all three scenarios (curves only, no numbers; the x axis is "running
 time", proportional to the round).

@@ -1,10 +1,10 @@
-"""Fig. 3 of paper 002: mean per-device test error against the device variability tau,
+"""Fig. 3 of DP-MOCHA: mean per-device test error against the device variability tau,
 private (epsilon 8) vs non-private, no dropping (P = 0).
 
-Local steps ~ U[(1 - tau) n_min, n_min] (Sec. VII-A). The paper's claim (note 002 Sec. 12,
-target 2): the private error is almost flat in tau ("the randomness introduced by the
-device variability reduces the size of noises": q_t = (1 - tau/2) n_min / n_t shrinks,
-and sigma with sqrt(q^2 + r^2)), the non-private error rises with tau. No numbers.
+Local steps ~ U[(1 - tau) n_min, n_min] (Sec. VII-A). The paper's claim (Sec. VII-B): the
+private error is almost flat in tau ("the randomness introduced by the device variability
+reduces the size of noises": q_t = (1 - tau/2) n_min / n_t shrinks, and sigma with
+sqrt(q^2 + r^2)), the non-private error rises with tau. No numbers.
 
 Usage:
   python experiments/dp_mocha/fig3_tau.py          # tau in 0..1, H = 5, K = 200, 5 trials

@@ -1,9 +1,9 @@
-"""Fig. 4 of paper 002: mean per-device test error against the drop probability
+"""Fig. 4 of DP-MOCHA: mean per-device test error against the drop probability
 P(theta = 1), private (epsilon 8) vs non-private, device variability tau = 0.5.
 
 The paper's only number: the private error "first decreases to 0.097 when
-P(theta_t^k = 1) = 0.2" and then rises; the non-private error rises monotonically (note
-002 Sec. 12, target 3). Its explanation: sigma is proportional to p = 1 - P in Theorem 5,
+P(theta_t^k = 1) = 0.2" and then rises; the non-private error rises monotonically
+(Sec. VII-B). Its explanation: sigma is proportional to p = 1 - P in Theorem 5,
 so dropping shrinks the noise. P = 1 is degenerate (nobody uploads) and not run.
 
 Usage:

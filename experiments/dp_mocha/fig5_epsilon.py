@@ -1,8 +1,8 @@
-"""Fig. 5 of paper 002: mean per-device test error against the privacy budget epsilon
+"""Fig. 5 of DP-MOCHA: mean per-device test error against the privacy budget epsilon
 at tau = 1 and P = 0.2 (the "optimal" drop rate of Fig. 4), delta = 1e-3.
 
-The paper sweeps epsilon from 0.01 to 100 (grid not given; note 14.16's grid) and says
-the error "keeps decreasing" as epsilon grows (note 002 Sec. 12, target 4). The
+The paper sweeps epsilon from 0.01 to 100 (grid not given; ours) and says
+the error "keeps decreasing" as epsilon grows (Sec. VII-B). The
 non-private run at the same tau and P is the reference line.
 
 Usage:

@@ -1,4 +1,4 @@
-"""Paper 002 (DP-MOCHA): the error against the noise multiplier sigma set directly, at
+"""DP-MOCHA: the error against the noise multiplier sigma set directly, at
 Fig. 4's setting (tau = 0.5, P = 0.2, where the paper reports 0.097), and the epsilon the
 paper's Theorem 5 assigns to each sigma.
 

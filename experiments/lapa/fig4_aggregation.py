@@ -1,11 +1,11 @@
-"""Paper 001, Fig. 4: aggregation strategies on a practical channel (Sec. V-B).
+"""LAPA, Fig. 4: aggregation strategies on a practical channel (Sec. V-B).
 
 FedAvg (Benchmark 1, eq. 2), BEDA/FedAdp (Benchmark 2), the Wasserstein softmax
-(Configuration 1, eqs. 20-21; W1 on the label indices, the note's [D]), the same with the
-label-numbering-invariant discrete ground cost (W1 = total variation; ours, issue 33) and
+(Configuration 1, eqs. 20-21; W1 on the label indices, our [D]), the same with the
+label-numbering-invariant discrete ground cost (W1 = total variation; ours) and
 the Wasserstein softmax with SER-threshold device selection at three thresholds
 (Configuration 2, eq. 22), with channel noise on every upload and no artificial DP noise
-(the paper does not say whether Fig. 4 uses DP; the note's D3 isolates aggregation).
+(the paper does not say whether Fig. 4 uses DP; we leave it out to isolate aggregation).
 Paper's quoted differences (MNIST / Fashion-MNIST): Wasserstein vs FedAvg +2.470 / +1.413
 points, BEDA vs FedAvg +2.073 / +1.333, best SER threshold vs BEDA +2.367 / +1.137.
 Verdicts: experiments/lapa/scorecard.py (paired by seed, experiments/scorecard.py rules).
@@ -85,7 +85,7 @@ def main(argv=None):
   lc.write_markdown(res, "Fig. 4: aggregation strategies (practical channel, no DP noise)",
                     report(res, scale), scale)
   labs = [lab for lab in LABELS if any(r["label"] == lab for r in res.runs)]
-  lc.plot_curves(res, res.path[:-5] + ".png", "Paper 001 Fig. 4: aggregation",
+  lc.plot_curves(res, res.path[:-5] + ".png", "LAPA Fig. 4: aggregation",
                  scale.datasets, labs)
   return res
 

@@ -1,7 +1,7 @@
-"""Paper 001, Fig. 5: final accuracy against the initial artificial noise level, ideal
+"""LAPA, Fig. 5: final accuracy against the initial artificial noise level, ideal
 channel (Sec. V-C), on MNIST (the paper's; here the 5,000-image subset).
 
-The paper's x-axis is the initial noise level (its unit is stripped, note B6): at each
+The paper's x-axis is the initial noise level (its unit is lost in the text we have): at each
 level every method starts with the same sigma_i[1] = c Delta_s / eps_i[1], which is NOT
 equal privacy. Each level here is named by the budget eps_T at which uniform DP (and
 ARB-approx, which starts at eps_T / T too) has that initial noise; LAPA's round 1 spends
@@ -9,8 +9,8 @@ exp(-e_0) eps_T / T (eq. 12 with e_0 = 1), so at equal initial noise LAPA gets
 e^{e_0} = 2.72 times uniform's eps_T (``lapa sigma_1``: the paper's setting). The
 equal-eps_T LAPA run (``lapa eps_T``: equal privacy, 2.72 times more initial noise) is
 kept beside it. Methods: no DP (Configuration 4), uniform DP (Benchmark 3), ARB-approx
-(Benchmark 4), LAPA (Configuration 3), all with the Wasserstein weights (note section 6
-[D]). Paper's claims (no numbers): no DP best; ARB and LAPA clearly beat uniform under
+(Benchmark 4), LAPA (Configuration 3), all with the Wasserstein weights
+([D]). Paper's claims (no numbers): no DP best; ARB and LAPA clearly beat uniform under
 non-IID data; LAPA close to no DP and above ARB. Verdicts: experiments/lapa/scorecard.py.
 
   python experiments/lapa/fig5_noise.py --seeds 0,1,2,3,4 --vmap --resume
@@ -143,7 +143,7 @@ def main(argv=None):
   lc.write_markdown(res, "Fig. 5: accuracy vs initial noise level (ideal channel)",
                     report(res, scale, budgets), scale)
   labels = sorted({r["label"] for r in res.runs})
-  lc.plot_curves(res, res.path[:-5] + ".png", "Paper 001 Fig. 5: allocators",
+  lc.plot_curves(res, res.path[:-5] + ".png", "LAPA Fig. 5: allocators",
                  scale.datasets, labels)
   return res
 

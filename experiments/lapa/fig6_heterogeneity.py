@@ -1,8 +1,8 @@
-"""Paper 001, Fig. 6: the four allocators under IID/non-IID device compositions, ideal
+"""LAPA, Fig. 6: the four allocators under IID/non-IID device compositions, ideal
 channel (Sec. V-C), on MNIST (the 5,000-image subset) and Fashion-MNIST.
 
 The paper's compositions are 3/12, 5/10, 7/8, 9/6 IID/non-IID devices and one labelled
-"0 IID + 15 Non-IID" that its text discusses as all IID (note D2); the reduced CPU scale
+"0 IID + 15 Non-IID" that its text discusses as all IID; the reduced CPU scale
 runs 3, 9 and 15 IID devices (say --compositions 0,3,5,7,9,15 for all six). Paper's
 claims (no numbers): LAPA beats uniform DP and ARB in every composition and approaches
 no DP as the IID share grows.
@@ -78,7 +78,7 @@ def main(argv=None):
   lc.write_markdown(res, "Fig. 6: allocators under IID/non-IID compositions",
                     report(res, scale, comps), scale)
   labels = sorted({r["label"] for r in res.runs})
-  lc.plot_curves(res, res.path[:-5] + ".png", "Paper 001 Fig. 6: compositions",
+  lc.plot_curves(res, res.path[:-5] + ".png", "LAPA Fig. 6: compositions",
                  scale.datasets, labels)
   return res
 

@@ -1,16 +1,17 @@
-"""Paper 001, Fig. 7: dynamic noise control with optimised transmit powers on a
+"""LAPA, Fig. 7: dynamic noise control with optimised transmit powers on a
 practical channel (Sec. V-D).
 
 Per dataset and seed: a pilot LAPA run without the switch records the artificial-noise
 schedule sigma_i[t]; DDPG minimises Theorem 1's bound Phi(p) (eq. 24) over the powers
-with that schedule (the note's surrogate environment, Algorithm 3); then three runs:
+with that schedule (our surrogate environment, Algorithm 3 of
+`fedjax_dp.algorithms.lapa.ddpg`); then three runs:
 Configuration 5 (LAPA + DDPG powers + switch), LAPA at the average power (every device at
-the mean of DDPG's powers, switch on; note C5) and ARB-approx at the average power
+the mean of DDPG's powers, switch on) and ARB-approx at the average power
 (artificial noise throughout). Paper's quoted differences (MNIST / Fashion-MNIST):
 Configuration 5 vs LAPA at average power +1.465 / +0.910 points; vs ARB at average power
 +5.872 / +2.705.
 
-Two channel settings (``--setting``): ``paper`` (P_max = 20 dBm, eps_T = 60, the note's
+Two channel settings (``--setting``): ``paper`` (P_max = 20 dBm, eps_T = 60, our
 [D]): the channel noise is 10-100x below the artificial noise, so eq. 23's switch never
 fires and Configuration 5 is LAPA at average power; ``fires`` (P_max = 0 dBm, eps_T =
 800): the channel noise meets the artificial noise within the run, so the switch fires
@@ -132,7 +133,7 @@ def rows(runs, source):
     setup = (f"{ds}, practical channel, P_max = {opts.get('p_max_dbm', 20.0):g} dBm, "
              f"eps_T = {opts.get('epsilon_total', 60.0):g}, seeds paired; rule a > b "
              f"(margin 0); {source}")
-    cause = ("our reconstruction: DDPG on the surrogate bound (note D4) and the switch of "
+    cause = ("our reconstruction: DDPG on the surrogate bound ([D]) and the switch of "
              "eq. 23; " + (sc.MNIST if ds == "mnist" else sc.SCALE))
     for other, (p1, p2) in ((LABELS[1], (pm, pf)), (LABELS[2], (qm, qf))):
       if sc.have(runs, ds, LABELS[0], other):
@@ -162,7 +163,7 @@ def main(argv=None):
   run_all(scale, res, args.setting)
   lc.write_markdown(res, "Fig. 7: dynamic noise control and DDPG powers (practical "
                     "channel)", report(res, scale), scale)
-  lc.plot_curves(res, res.path[:-5] + ".png", "Paper 001 Fig. 7: power control",
+  lc.plot_curves(res, res.path[:-5] + ".png", "LAPA Fig. 7: power control",
                  scale.datasets, LABELS)
   return res
 

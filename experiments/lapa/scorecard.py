@@ -1,11 +1,11 @@
-"""Paper 001 (LAPA) scorecard: every claim of Figs. 4-7 and of the reconstruction
+"""LAPA scorecard: every claim of Figs. 4-7 and of the reconstruction
 sensitivity study as a row of experiments/scorecard.py (paper's value, ours as mean and
 95% CI over seeds, a verdict computed by the standard's rules from the stored per-seed
 values, paired by seed, and the cause of any difference).
 
 Reads ``results/<script>.json`` (falling back, per figure, to the stored runs made before
-issue 30's accounting change, ``results/pre_issue30/``, which have 3 seeds and so give
-"inconclusive") and writes ``results/scorecard.json`` and ``results/scorecard.md``.
+the accounting change of commit 8537703, ``results/pre_issue30/``, which have 3 seeds and
+so give "inconclusive") and writes ``results/scorecard.json`` and ``results/scorecard.md``.
 
   python experiments/lapa/scorecard.py
 """
@@ -83,9 +83,9 @@ def _cause(verdict, cause: str) -> str:
 
 
 def load(name: str):
-  """(runs, source) of ``results/<name>.json``, else the pre-issue-30 file, else
-  ([], None)."""
-  for folder, tag in ((RESULTS, "current code"), (OLD, "stored before issue 30's "
+  """(runs, source) of ``results/<name>.json``, else the file stored before the accounting
+  change, else ([], None)."""
+  for folder, tag in ((RESULTS, "current code"), (OLD, "stored before the "
                                                   "accounting change")):
     path = os.path.join(folder, name + ".json")
     if os.path.exists(path):
@@ -189,8 +189,8 @@ def build() -> List[Any]:
       runs = json.load(f)["runs"]
     done = {r.claim for r in rows}
     rows += [r for r in fig4_rows(runs, ("mnist", "fashion_mnist"),
-                                  os.path.relpath(old, HERE) + " (stored before issue "
-                                  "30's accounting change)") if r.claim not in done]
+                                  os.path.relpath(old, HERE) + " (stored before the "
+                                  "accounting change)") if r.claim not in done]
   sens = _load_local("sensitivity")
   runs, src = load("sensitivity")
   if runs:

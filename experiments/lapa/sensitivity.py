@@ -1,36 +1,37 @@
-"""Paper 001: sensitivity of LAPA to our reconstructions of eqs. 10-16 (the paper's text
-lost them; issue 33), beside uniform DP at the same total budget eps_T.
+"""LAPA: sensitivity to our reconstructions of eqs. 10-16 (the text of the paper we
+worked from lost them), beside uniform DP at the same total budget eps_T.
 
 Every variant is LAPA on the ideal channel with the Wasserstein weights, eps_T = 60 per
 device, T = 60, on the MNIST subset (the paper's Fig. 5 dataset) unless --datasets says
-otherwise; one option differs from the default LAPA (the note's reconstruction with our
-[D] choices). Per run we store the final accuracy, the fraction of eps_T each scheduled
-device spent (sum_t eps_i[t] / eps_T, averaged over devices) and the artificial noise
-relative to uniform DP's (sigma_i[t] / sigma_i^uniform = (eps_T / T) / eps_i[t], averaged
-over the uploads of rounds 1..T; skipped uploads, whose noise would exceed 1000 C, are
+otherwise; one option differs from the default LAPA (our reconstruction with our
+[D] choices; the tags are explained in `fedjax_dp.algorithms.lapa`). Per run we store
+the final accuracy, the fraction of eps_T each scheduled device spent (sum_t eps_i[t] /
+eps_T, averaged over devices) and the artificial noise relative to uniform DP's
+(sigma_i[t] / sigma_i^uniform = (eps_T / T) / eps_i[t], averaged over the uploads of
+rounds 1..T; skipped uploads, whose noise would exceed 1000 C, are
 counted apart).
 
 Variants (formula; source):
 
 * ``LAPA`` (default): E_s = || g~[i_s]/||g~[i_s]|| - g~[i_s-1]/||g~[i_s-1]|| || (the
   change of the global gradient's direction; our [D] deviation, README), e = K_p E_m +
-  K_s mean_s E_s (eq. 11, note 2.5), eps[t] = exp(-e) (eps_T - eps_c) / (T - t + 1) (eq. 12
-  as note 2.5 / B3 reconstructs it, Adp-PPFL form), f = alpha (1 - exp(-exp(alpha (theta~
-  - 1)))) (eq. 15, note's increasing map), eps_i = |S| eps[t] f_i / sum_j f_j (eq. 16, note
-  B4's "mean" alternative) with the floor eps_i >= 0.5 eps[t] (note B4's clamp).
-* ``eq. 10 clip``: E_s = ||g~[i_s] - g~[i_s-1]|| / C (note B2's literal vector difference
+  K_s mean_s E_s (eq. 11), eps[t] = exp(-e) (eps_T - eps_c) / (T - t + 1) (eq. 12 as we
+  reconstruct it, Adp-PPFL form), f = alpha (1 - exp(-exp(alpha (theta~ - 1)))) (eq. 15,
+  our increasing map), eps_i = |S| eps[t] f_i / sum_j f_j (eq. 16, our "mean"
+  alternative) with the floor eps_i >= 0.5 eps[t] (our clamp).
+* ``eq. 10 clip``: E_s = ||g~[i_s] - g~[i_s-1]|| / C (eq. 10's literal vector difference
   with a norm).
-* ``eq. 10 first``: E_s = ||g~[i_s] - g~[i_s-1]|| / ||g~[1]|| (note B2's option).
+* ``eq. 10 first``: E_s = ||g~[i_s] - g~[i_s-1]|| / ||g~[1]|| (our option).
 * ``eq. 12 normalised``: eps[t] = exp(-e[t]) / mean_{s<=t} exp(-e[s]) (eps_T - eps_c) /
   (T - t + 1) (the review page's "eps[t] proportional to exp(-e[t])" [X], with the
   constant chosen so that the factors average 1: the whole budget is spent; ours).
 * ``eq. 12 flat``: eps[t] = (eps_T - eps_c) / (T - t + 1) (no exp(-e) factor: a control
   that isolates the split; ours).
-* ``eq. 16 sum``: eps_i = eps[t] f_i / sum_j f_j (eq. 16 literal, note 2.5 [R?]) with the
+* ``eq. 16 sum``: eps_i = eps[t] f_i / sum_j f_j (eq. 16 literal, [R?]) with the
   floor 0.5 eps[t] / |S|.
-* ``eq. 16 no floor``: the default split without note B4's clamp (min_share 0).
+* ``eq. 16 no floor``: the default split without our clamp (min_share 0).
 * ``eq. 15 FedAdp map``: f = alpha (1 - exp(-exp(-alpha (theta~ - 1)))) (FedAdp's
-  decreasing map, note 2.5 [X]).
+  decreasing map, [X]).
 * ``eqs. 13-16 off``: eps_i = eps[t] for every device (no personalisation: a control that
   isolates eqs. 10-12; ours).
 * ``normalised, eqs. 13-16 off``: both of the last controls' changes to eq. 12 and 16.
@@ -68,12 +69,12 @@ VARIANTS: Dict[str, Dict[str, Any]] = {
 }
 QUICK = ("uniform", "LAPA", "eq. 12 normalised", "eqs. 13-16 off")
 #: Where each variant's difference comes from (the scorecard's cause).
-SOURCE = {"LAPA": "the note's eqs. 10-16 with our [D] choices",
-          "eq. 10 clip": "eq. 10 literal (note B2)", "eq. 10 first": "eq. 10 (note B2 option)",
+SOURCE = {"LAPA": "our eqs. 10-16 with our [D] choices",
+          "eq. 10 clip": "eq. 10 literal", "eq. 10 first": "eq. 10 (our option)",
           "eq. 12 normalised": "eq. 12 as 'proportional to exp(-e)', whole budget (ours)",
           "eq. 12 flat": "eq. 12 without exp(-e) (control)",
           "eq. 16 sum": "eq. 16 literal (sum split)", "eq. 16 no floor": "eq. 16 without "
-          "note B4's floor", "eq. 15 FedAdp map": "eq. 15 with FedAdp's map",
+          "our floor", "eq. 15 FedAdp map": "eq. 15 with FedAdp's map",
           "eqs. 13-16 off": "eqs. 13-16 off (control)",
           "normalised, eqs. 13-16 off": "eq. 12 normalised, eqs. 13-16 off (control)"}
 
@@ -160,7 +161,7 @@ def main(argv=None):
   done = [lab for lab in VARIANTS if any(r["label"] == lab for r in res.runs)]
   lc.write_markdown(res, "Sensitivity of LAPA to the reconstructions of eqs. 10-16 "
                     "(ideal channel)", report(res, scale, done), scale)
-  lc.plot_curves(res, res.path[:-5] + ".png", "Paper 001: reconstruction sensitivity",
+  lc.plot_curves(res, res.path[:-5] + ".png", "LAPA: reconstruction sensitivity",
                  scale.datasets, done)
   return res
 

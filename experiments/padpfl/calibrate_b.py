@@ -1,6 +1,6 @@
-"""Calibrates PADPFL's weight-clip bound B (paper 000 does not give it; note 000, A3).
+"""Calibrates PADPFL's weight-clip bound B (the paper does not give it).
 
-Procedure (note A3): run the non-private configuration (scenario 1, equal p, tau = 10
+Procedure (ours): run the non-private configuration (scenario 1, equal p, tau = 10
 full-batch steps, lr 0.02, mu = 0.01) for 5 rounds, record the L2 norm ||x_i|| of every
 client's local model after its local steps (before any clipping), and take the median
 over clients and rounds, rounded to an integer. ``common.CLIP_BOUND`` holds the values
@@ -42,9 +42,9 @@ def main(argv=None) -> int:
         ["fashion_mnist"], [64], 2, 2, 1000)
   res = common.Results(os.path.join(a.out, "calibrate_b.json"), dict(
       procedure="median ||x_i|| of the non-private local models, scenario 1, equal p, "
-                "seed 0, first rounds (note 000, A3)", rounds=a.rounds,
+                "seed 0, first rounds (our procedure)", rounds=a.rounds,
       local_steps=a.local_steps, clip_bound_used=common.CLIP_BOUND))
-  lines = ["B calibration (note 000, A3): median L2 norm of the non-private local models "
+  lines = ["B calibration (our procedure): median L2 norm of the non-private local models "
            f"(scenario 1, equal p, seed 0, tau = {a.local_steps}, lr 0.02, mu = 0.01), "
            f"rounds 1..{a.rounds}.", "",
            "| dataset | H | parameters | ||x^(0)|| | median per round | median | B (rounded) "

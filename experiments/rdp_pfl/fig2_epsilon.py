@@ -1,4 +1,4 @@
-"""Fig. 2 of paper 003: personalised test accuracy against the round for epsilon 2, 4, 6
+"""Fig. 2 of RDP-PFL: personalised test accuracy against the round for epsilon 2, 4, 6
 (delta = 1e-3, T = 200), in two versions side by side, plus the baselines the paper
 lacks (clearly labelled):
 
@@ -10,7 +10,7 @@ lacks (clearly labelled):
 * baselines: exact batch MAML without clipping or noise (the paper mode's update with
   C = inf, sigma = 0), clipping only (ours, sigma = 0), DP-FedAvg with the same
   personalisation at MAML's local work (one DP-SGD step per local epoch) and with two
-  steps, and the former default ``per_example_hessian`` (issue 33: not the paper's
+  steps, and the former default ``per_example_hessian`` (not the paper's
   meta-gradient).
 
 "No personalisation" is every run's accuracy without adaptation (column "no

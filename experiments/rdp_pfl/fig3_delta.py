@@ -1,5 +1,5 @@
-"""Fig. 3 of paper 003: accuracy against the round for several delta at epsilon 2 (the
-paper gives no delta values; the note's H8: 1e-5, 1e-4, 1e-3, 1e-2).
+"""Fig. 3 of RDP-PFL: accuracy against the round for several delta at epsilon 2 (the
+paper gives no delta values; ours: 1e-5, 1e-4, 1e-3, 1e-2).
 
 Usage: python experiments/rdp_pfl/fig3_delta.py [--quick] [--rounds T] [--seeds S]
 """

@@ -1,4 +1,4 @@
-"""Fig. 5 of paper 003: accuracy against the round for the number of samples per client
+"""Fig. 5 of RDP-PFL: accuracy against the round for the number of samples per client
 (epsilon 2; the paper gives no counts: 3 classes x {50, 100, 200, 300} images).
 
 Usage: python experiments/rdp_pfl/fig5_samples.py [--quick] [--rounds T] [--seeds S]

@@ -1,4 +1,4 @@
-"""Fig. 6 of paper 003: accuracy against the round for the width of the last hidden
+"""Fig. 6 of RDP-PFL: accuracy against the round for the width of the last hidden
 layer (epsilon 2; the paper gives no widths: 784-200-W-10 with W in 16 .. 1024).
 
 Usage: python experiments/rdp_pfl/fig6_width.py [--quick] [--rounds T] [--seeds S]
@@ -15,7 +15,7 @@ def main(argv=None) -> int:
                    "hidden", ["200,16", "200,64", "200,256", "200,1024"],
                    lambda v: f"784-{v.replace(',', '-')}-10", "inverted_u",
                    "Paper: accuracy rises then falls with the width (an 'optimal model "
-                   "size'; the bound itself is monotone in S, note 5.5).",
+                   "size'; the bound itself is monotone in S).",
                    quick_values=["8", "32"])
 
 

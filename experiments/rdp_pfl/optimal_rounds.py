@@ -1,5 +1,5 @@
-"""Paper 003's optimal number of rounds: the theory's T* (Theorem 3 with the note's
-section 10.2, illustrative constants: the paper never estimates L, B, lambda, ...)
+"""RDP-PFL's optimal number of rounds: the theory's T* (Theorem 3 with our
+derivation and illustrative constants: the paper never estimates L, B, lambda, ...)
 against a measured sweep over T at epsilon 2 (sigma recalibrated for every T, so a
 longer run is noisier per round).
 
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
   assert res is not None
   groups = common.by_label(res)
   lines = common.table(groups, common.STANDARD_COLUMNS)
-  lines += ["", "Theory (Theorem 3, note 10.2; illustrative constants L = B = lambda = 1, "
+  lines += ["", "Theory (Theorem 3, our derivation; illustrative constants L = B = lambda = 1, "
             "G(w0) - G* = ln 10, MLP S = 199,210, eta = beta = 0.01, C = 2.4, q = 0.1):", "",
             "| Theta | T* closed form | T* with the exact sigma(T) |", "|---|---|---|"]
   for th, closed, numeric in theory_rows():

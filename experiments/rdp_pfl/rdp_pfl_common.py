@@ -1,8 +1,8 @@
-"""Shared setup of the paper-003 reproductions (Wei et al., RDP-PFL, IEEE TIFS 2023).
+"""Shared setup of the RDP-PFL reproductions (Wei et al., RDP-PFL, IEEE TIFS 2023).
 
 Paper settings (Sec. V-A): 50 clients, 3 classes x 200 images each, 30 source / 20
 target clients, query/support 300/300, eta = beta = 0.01 (MNIST MLP), delta = 1e-3,
-T = 200, epsilon 2 unless varied. Not stated (the note's choices): tau0 = 1,
+T = 200, epsilon 2 unless varied. Not stated (our choices): tau0 = 1,
 q^Q = q^S = 0.1, C = 2.4, MLP 784-200-200-10, per-example clipping (clip_mode
 "per_example"), target clients tested on 100 test-split images per class.
 
@@ -39,13 +39,13 @@ Results = results_store.Results
 RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 PAPER = dict(rounds=200, delta=1e-3, epsilon=2.0, clients=50, classes_per_client=3,
              samples_per_class=200, target_fraction=0.4, eta=0.01, beta=0.01)
-#: The note's choices where the paper is silent.
+#: Our choices where the paper is silent.
 DEFAULTS = dict(local_epochs=1, query_sampling_rate=0.1, support_sampling_rate=0.1,
                 clip_norm=2.4, hidden="200,200")
 #: The reduced structure of the 5,000-image MNIST subset (400 images per class).
 MNIST_SUBSET = dict(samples_per_class=20, test_per_class=20)
 #: The paper's own mode (eqs. 6-11 as printed). 5 power iterations for ||I - eta H_Q||
-#: (the note's G3 took 20; the paper gives none): at C = 2.4, c1 = min(1, sqrt(C) /
+#: (we first took 20; the paper gives none): at C = 2.4, c1 = min(1, sqrt(C) /
 #: ||I - eta H_Q||) is 1 unless an eigenvalue of eta H_Q lies below -0.55 or above
 #: 2.55; the estimate is a lower bound either way and the product is clipped to C
 #: again, so the count never changes the bound; 5 cost about 2.8x a first-order
@@ -81,7 +81,7 @@ def base_options(a) -> Dict[str, Any]:
   o = dict(algorithm="rdp_pfl", dataset=a.dataset, rounds=a.rounds, delta=PAPER["delta"],
            eval_every=max(1, a.rounds // 20), out=None, inner_learning_rate=PAPER["eta"],
            outer_learning_rate=PAPER["beta"], **DEFAULTS)
-  # Fig. 3 sweeps delta up to 1e-2 (the note's H8), above 1/n for the fewest records a
+  # Fig. 3 sweeps delta up to 1e-2 (our grid), above 1/n for the fewest records a
   # client holds (600 at the paper's structure): accepted, and each summary's
   # delta_meaning says the guarantee is weak in that sense.
   o["allow_large_delta"] = True
@@ -122,7 +122,7 @@ def _record(summary: Dict[str, Any], records, seed: int, wall_s: float) -> Dict[
   evals = [r for r in records if "test_accuracy" in r]
   return dict(
       seed=seed, wall_s=wall_s,
-      rounds=[r["round"] + 1 for r in evals],
+      rounds=[r["round"] for r in evals],
       accuracy=[r["test_accuracy"] for r in evals],
       loss=[r["test_loss"] for r in evals],
       accuracy_no_adapt=[r.get("test_accuracy_no_adapt") for r in evals],

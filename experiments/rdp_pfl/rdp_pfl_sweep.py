@@ -1,4 +1,4 @@
-"""One-parameter sweeps of paper 003 (Figs. 3, 5, 6, 7, Table II), shared by the
+"""One-parameter sweeps of RDP-PFL (Figs. 3, 5, 6, 7, Table II), shared by the
 figure scripts: each value runs in our default mode (``ours``: first-order, sigma
 calibrated by the run's accountant to epsilon 2) and in the paper's own mode
 (``paper``: eqs. 6-11, the paper's sigma for epsilon 2), 5 seeds each; tabulate, and

@@ -1,4 +1,4 @@
-"""Paper 003's scorecard (the reproduction standard, experiments/README.md): every claim
+"""RDP-PFL's scorecard (the reproduction standard, experiments/README.md): every claim
 of the paper, in our default mode (``first_order``) and in the paper's own mode
 (``paper``, eqs. 6-11 as printed, the paper's sigma) side by side, with its verdict by
 `experiments/scorecard.py`'s rules, computed from the stored per-seed results
@@ -206,7 +206,7 @@ FORMER = ("scale: 1 seed, the former default's stored sweep (not re-run under th
 SWEEP_MODES = [("", "ours: ", "ours", OURS),
                ("", "paper: ", "paper's mode and sigma", SCALE),
                ("former_default", "", "former default (per-example Hessian; sigma "
-                "calibrated before issue 30)", FORMER)]
+                "calibrated under the earlier accounting)", FORMER)]
 
 
 def sweep_rows(results: str) -> List[sc.Row]:

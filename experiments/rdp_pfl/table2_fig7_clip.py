@@ -1,7 +1,7 @@
-"""Table II and Fig. 7 of paper 003: training loss, test loss and accuracy against the
-clip norm C in {0.8, 1.6, 2.4, 3.2, 4.0, 4.8} at epsilon 2. "Training loss" is the note's
-E4 (i): the loss of the noisy adapted model theta~ on the support draws (mean of the
-last 10 rounds); test loss: target clients after adaptation.
+"""Table II and Fig. 7 of RDP-PFL: training loss, test loss and accuracy against the
+clip norm C in {0.8, 1.6, 2.4, 3.2, 4.0, 4.8} at epsilon 2. "Training loss" is our
+reading of the paper's undefined term: the loss of the noisy adapted model theta~ on the
+support draws (mean of the last 10 rounds); test loss: target clients after adaptation.
 
 Usage: python experiments/rdp_pfl/table2_fig7_clip.py [--quick] [--rounds T] [--seeds S]
 """
