@@ -17,7 +17,7 @@ import signal
 import sys
 import typing
 import warnings
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from fedjax_dp.validation import FedJaxDpError
 
@@ -183,8 +183,88 @@ def _elsewhere(argv: List[str], flags: Dict[str, List[str]], algorithm: str) -> 
   return f"; {'; '.join(notes)} (fedjax-dp run --algorithm {algorithm} --help lists its)"
 
 
+def _checked_values(argv: List[str], flags: Dict[str, List[str]],
+                    hints: Dict[str, object]) -> List[str]:
+  """``argv`` with each typed option's value checked against its field's type (before
+  tyro, whose type-union messages are not for users); ``none``/``null`` of an optional
+  option become tyro's ``None``.
+
+  Raises:
+    _CommandLineError: one line naming the flag, what it takes and the value given.
+  """
+  from fedjax_dp.cli_help import _parts, expected
+  by_flag = {f: name for name, fl in flags.items() for f in fl}
+  out, i = list(argv), 0
+  while i < len(out):
+    flag, eq, value = out[i].partition("=")
+    name = by_flag.get(flag) if flag.startswith("--") else None
+    if name is None or name not in hints:
+      i += 1
+      continue
+    base, words, optional = _parts(hints[name])
+    if base is bool or (flag == "--no-" + name.replace("_", "-")):
+      i += 1  # a switch (tyro refuses a value, and --no-X of a non-switch)
+      continue
+    at = i if eq else i + 1
+    if not eq and at >= len(out):
+      raise _CommandLineError(f"argument {flag}: expected {expected(hints[name])}, got "
+                              "nothing")
+    if not eq:
+      value = out[at]
+    ok = False
+    if optional and value.lower() in ("none", "null"):
+      value, ok = "None", True
+    elif value in [str(w) for w in words]:
+      ok = True
+    elif base is int:
+      try:
+        int(value)
+        ok = True
+      except ValueError:
+        pass
+    elif base is float:
+      try:
+        float(value)
+        ok = True
+      except ValueError:
+        pass
+    elif base is str:
+      ok = True
+    if not ok:
+      if base is None:  # choices only
+        close = difflib.get_close_matches(value, [str(w) for w in words], n=1)
+        raise _CommandLineError(
+            f"argument {flag}: invalid choice {value!r}; expected one of "
+            f"{', '.join(str(w) for w in words)}" + (" or none" if optional else "")
+            + (f" (did you mean {close[0]}?)" if close else ""))
+      raise _CommandLineError(f"argument {flag}: expected {expected(hints[name])}, got "
+                              f"{value!r}")
+    out[at] = f"{flag}={value}" if eq else value
+    i = at + 1
+  return out
+
+
 class _CommandLineError(Exception):
   """A command line tyro refused (the message is one line)."""
+
+
+def _check_algorithm(argv: List[str]) -> str:
+  """The algorithm of a command line of ``run`` or ``sweep`` (`command_line_algorithm`),
+  checked against the registry's names without importing any algorithm (or JAX).
+
+  Raises:
+    _CommandLineError: an unknown name (with the closest one).
+    FedJaxDpError: a bad config file.
+  """
+  from fedjax_dp.algorithms import registry
+  from fedjax_dp.runs.config import command_line_algorithm
+  algorithm = command_line_algorithm(argv)[0]
+  if algorithm not in registry.REGISTRY:
+    close = difflib.get_close_matches(str(algorithm), registry.names(), n=1)
+    raise _CommandLineError(
+        f"argument --algorithm: invalid choice {algorithm!r}; expected one of "
+        f"{', '.join(registry.names())}" + (f" (did you mean {close[0]}?)" if close else ""))
+  return algorithm
 
 
 def parse_run_args(argv: List[str]):
@@ -204,23 +284,28 @@ def parse_run_args(argv: List[str]):
   """
   import contextlib
   import io
-  import typing
   import tyro
   from fedjax_dp.algorithms import registry
   from fedjax_dp.runs.config import (RunConfig, command_line_algorithm, flag_value,
                                      option_flags)
   config_path = flag_value(argv, "--config")
   algorithm, table = command_line_algorithm(argv)
-  if algorithm not in registry.REGISTRY:
-    close = difflib.get_close_matches(str(algorithm), registry.names(), n=1)
-    raise _CommandLineError(
-        f"argument --algorithm: invalid choice {algorithm!r}; expected one of "
-        f"{', '.join(registry.names())}" + (f" (did you mean {close[0]}?)" if close else ""))
-  plugin = registry.get(algorithm)
-  flags = {**option_flags(RunConfig), **option_flags(plugin.Options),
-           **option_flags(CommandLineOptions), **option_flags(DistributedOptions)}
+  _check_algorithm(argv)
+  plugin = registry.get(algorithm)  # imports this algorithm only
+  classes = (RunConfig, plugin.Options, CommandLineOptions, DistributedOptions)
+  flags = {k: v for cls in classes for k, v in option_flags(cls).items()}
   typed = _typed(argv, flags)
-  for a, b in getattr(plugin.Options, "EXCLUSIVE", ()):
+  exclusive = typing.cast(Tuple[Tuple[str, str], ...],
+                          tuple(getattr(plugin.Options, "EXCLUSIVE", ())))
+  for a, b in exclusive:
+    if a in typed and b in typed:
+      raise _CommandLineError(
+          f"give only one of {typed[a]} ({flag_value(argv, typed[a])}) and {typed[b]} "
+          f"({flag_value(argv, typed[b])}): they exclude each other.")
+  argv = _checked_values(argv, flags, {k: v for cls in classes for k, v in
+                                       typing.get_type_hints(cls, include_extras=True)
+                                       .items()})
+  for a, b in exclusive:
     for one, other in ((a, b), (b, a)):
       if one in typed and other not in typed:
         table = {k: v for k, v in table.items() if k.replace("-", "_") != other}
@@ -234,6 +319,10 @@ def parse_run_args(argv: List[str]):
       ("command_line", typing.Annotated[CommandLineOptions, tyro.conf.OmitArgPrefixes]),
       ("distributed", typing.Annotated[DistributedOptions, tyro.conf.OmitArgPrefixes]),
   ])
+  if any(t in ("-h", "--help") for t in argv):
+    from fedjax_dp import cli_help
+    print(cli_help.run_help(plugin, registry.names(), defaults=base), end="")
+    raise SystemExit(0)
   err = io.StringIO()
   try:
     # tyro warns when a config file's value is not one of a Literal's choices; the
@@ -241,10 +330,7 @@ def parse_run_args(argv: List[str]):
     with contextlib.redirect_stderr(err), warnings.catch_warnings():
       warnings.simplefilter("ignore", UserWarning)
       parsed = tyro.cli(Options, args=argv, prog="fedjax-dp run",
-                        description=_RUN_DESCRIPTION.format(
-                            name=plugin.name, description=plugin.description,
-                            algorithms="; ".join(f"{a.name}: {a.description}"
-                                                 for a in registry.REGISTRY.values())),
+                        description=_RUN_DESCRIPTION,
                         default=Options(base, base.options, CommandLineOptions(),
                                         DistributedOptions()),
                         registry=_help_registry({RunConfig, plugin.Options,
@@ -260,11 +346,8 @@ def parse_run_args(argv: List[str]):
   return cfg, parsed.command_line, where, parsed.distributed
 
 
-_RUN_DESCRIPTION = (
-    "Train a federated model with differential privacy and report test accuracy and "
-    "the (epsilon, delta) spent. Default: user-level DP-FedAvg on HAR (UCI HAPT, 30 "
-    "natural clients). Algorithms: {algorithms}. The options of {name} ({description}) "
-    "are listed last; `fedjax-dp run --algorithm NAME --help` lists another's.")
+_RUN_DESCRIPTION = ("Train a federated model with differential privacy and report its test "
+                    "accuracy and the (epsilon, delta) spent.")
 
 
 def _with_where(e: FedJaxDpError, where: Dict[str, str]) -> FedJaxDpError:
@@ -431,7 +514,7 @@ def build_parser() -> argparse.ArgumentParser:
                  help="run many seeds and settings (--seeds 0-7 --noise-multiplier 1,2) "
                       "as one vmapped program: a run folder each and a comparison "
                       "table (`fedjax-dp sweep --help`)")
-  from fedjax_dp.algorithms import ALGORITHMS
+  from fedjax_dp.algorithms import registry
   au = sub.add_parser(
       "audit", formatter_class=argparse.ArgumentDefaultsHelpFormatter,
       help="empirical privacy audit of the shipped algorithms with canaries",
@@ -442,7 +525,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "code claims. --break re-introduces a known bug deliberately; the audit "
                    "must catch it. Exit status 1 if the shipped code's bound exceeds its "
                    "claim or a break is not caught."))
-  au.add_argument("--algorithm", default="all", choices=["all"] + sorted(ALGORITHMS),
+  au.add_argument("--algorithm", default="all", choices=["all"] + sorted(registry.names()),
                   help="the algorithm whose mechanisms to audit")
   au.add_argument("--target", default=None,
                   help="one target: ALGORITHM/SAMPLER (see --list)")
@@ -515,14 +598,22 @@ def _unknown_command(parser: argparse.ArgumentParser, word: List[str]) -> Option
 
 def main(argv: Optional[List[str]] = None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
-  parser = build_parser()
   top = _split_top_level(argv)
   if argv[top:top + 1] in (["run"], ["sweep"]):
     # The top-level options are parsed here; tyro parses the rest (parse_run_args).
     args = _top_level_parser().parse_args(argv[:top])
     args.command = argv[top]
     argv = argv[top:]
+    try:  # a misspelt algorithm is refused before JAX is imported
+      _check_algorithm(argv[1:])
+    except _CommandLineError as e:
+      print(f"fedjax-dp: error: {e}", file=sys.stderr)
+      return 2
+    except FedJaxDpError as e:
+      print(f"fedjax-dp: error: {e}", file=sys.stderr)
+      return 2
   else:
+    parser = build_parser()
     unknown = _unknown_command(parser, argv[top:top + 1])
     if unknown:
       print(f"fedjax-dp: error: {unknown}", file=sys.stderr)

@@ -86,9 +86,14 @@ def test_target_epsilon_is_met_and_nearly_spent(tmp_path):
 
 def test_fedavg_cli_says_non_private(tmp_path, capsys):
   assert cli.main(["run", *SYNTH, "--algorithm", "fedavg", "--rounds", "2",
-                   "--out", str(tmp_path / "fa")]) == 0
-  assert "privacy: no guarantee is claimed (epsilon = inf) : non-private baseline" in \
-      capsys.readouterr().out
+                   "--logger", "none", "--out", str(tmp_path / "fa")]) == 0
+  printed = capsys.readouterr().out
+  assert ("privacy: no guarantee is claimed (non-private baseline, no noise; epsilon = "
+          "inf)") in printed
+  # Only what was written: no tensorboard/ with --logger none.
+  outputs = next(line for line in printed.splitlines() if "outputs:" in line)
+  assert "tensorboard" not in outputs and "metrics.jsonl" in outputs
+  assert "checkpoints/" in outputs
 
 
 def test_fedavg_baseline_reports_no_privacy(tmp_path):
@@ -98,7 +103,9 @@ def test_fedavg_baseline_reports_no_privacy(tmp_path):
       progress=False)
   assert math.isinf(res.summary["epsilon"]) and res.ledger is None
   summary = json.loads((tmp_path / "fa" / "summary.json").read_text())
-  assert summary["epsilon"] is None  # JSON has no inf: written as null
+  # JSON has no inf: epsilon = inf is written as null, with "private": false.
+  assert summary["epsilon"] is None and summary["private"] is False
+  assert summary["sampler"] is None and res.summary["private"] is False
   assert summary["privacy_unit"].startswith("none")
 
 

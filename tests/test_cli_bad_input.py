@@ -129,7 +129,7 @@ def test_seed_outside_uint32(capsys, tmp_path, seed):
      "exposures (R) must be <= rounds"),
     (["--algorithm", "padpfl", "--epsilon", "5", "--prox-mu", "-0.1"], "prox_mu"),
     (["--algorithm", "padpfl", "--epsilon", "5", "--mechanism", "laplace"],
-     "('gaussian', 'none')"),
+     "argument --mechanism: invalid choice 'laplace'; expected one of gaussian, none"),
     (["--algorithm", "padpfl", "--target-epsilon", "5"], "does not take"),
     (["--algorithm", "padpfl", "--epsilon", "5"], "padpfl scenarios need an image dataset"),
     # issue 13: sensitivity modes and per-client noise

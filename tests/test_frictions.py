@@ -227,25 +227,21 @@ def test_a_run_prints_the_accounting_warning_once_when_it_matters(short_run):
 
 
 def _help_entries(argv):
-  """``{flag: its help text}`` of ``fedjax-dp run ... --help`` (tyro's layout, 100
-  columns)."""
+  """``{flag: its help text}`` of ``fedjax-dp run ... --help`` (`fedjax_dp.cli_help`'s
+  layout: the flags, then the text from a column or on the next lines)."""
   buf = io.StringIO()
   with contextlib.redirect_stdout(buf), pytest.raises(SystemExit) as e:
     cli.main(argv)
   assert e.value.code == 0
   out, cur = {}, None
   for line in buf.getvalue().splitlines():
-    body = re.sub(r"^[\u2500-\u257f ]|[\u2500-\u257f]\s*$", "", line.rstrip()).rstrip()
-    m = re.match(r"^ {1,2}(--[a-z][a-z0-9-]*)(.*)$", body)
+    m = re.match(r"^  (-h, )?(--[a-z][a-z0-9-]*)((?:, --[a-z0-9-]+)*)( [^ ]+)?(?:  +(.*))?$",
+                 line)
     if m:
-      cur, rest = m.group(1), m.group(2)
-      if re.match(r"^\s{2,}\S", rest):
-        out[cur] = rest.strip()
-      else:
-        parts = re.split(r"\s{2,}", rest.strip(), maxsplit=1)
-        out[cur] = parts[1] if len(parts) == 2 else ""
-    elif cur and re.match(r"^ {3,}\S", body):
-      out[cur] += " " + body.strip()
+      cur = m.group(2)
+      out[cur] = (m.group(5) or "").strip()
+    elif cur and re.match(r"^ {4,}\S", line):
+      out[cur] = (out[cur] + " " + line.strip()).strip()
     else:
       cur = None
   return out
@@ -255,17 +251,16 @@ def test_every_option_of_every_algorithm_has_help_and_one_default(monkeypatch):
   monkeypatch.setenv("COLUMNS", "100")
   for name in alg_registry.names():
     entries = _help_entries(["run", "--algorithm", name, "--help"])
-    assert "--rounds" in entries and "--verify-checksums" in entries
+    assert "--rounds" in entries and "--no-verify-checksums" in entries
     for flag, text in entries.items():
       if flag == "--help":
         continue
-      assert re.sub(r"\(default:.*$", "", text).strip(), f"{name} {flag}: no help"
-      assert text.count("default:") == 1, f"{name} {flag}: {text}"
-      assert not re.search(r"\(default: (True|False)\)", text), f"{name} {flag}: {text}"
-    assert entries["--verify-checksums"].endswith("(default: --verify-checksums)")
-    assert entries["--overwrite"].endswith("(default: --no-overwrite)")
-    assert entries["--no-progress"].endswith("(default: off)")
-    assert "(default: None)" not in entries["--dataset"]
+      assert re.sub(r"\[default:.*$", "", text).strip(), f"{name} {flag}: no help"
+      assert text.count("default:") <= 1, f"{name} {flag}: {text}"
+      assert not re.search(r"default: (True|False|None)\b", text), f"{name} {flag}: {text}"
+      assert "``" not in text and "{None}" not in text, f"{name} {flag}: {text}"
+    assert "--overwrite" in entries and "--no-progress" in entries
+    assert "[default: the algorithm's]" in entries["--dataset"]
     for dataset in data_registry.DATASET_NAMES:
       assert re.search(rf"\b{dataset}\b", entries["--dataset"]), dataset
 

@@ -10,11 +10,11 @@ repetition audit can prove an epsilon above the claim when the noise is half wha
 claimed. Every target offers the common breaks (`COMMON_BREAKS`: ``none``, the shipped
 code; ``noise-half``, the round adds half the noise the run claims) and its own, each
 re-introducing a bug the audit must catch (listed by ``fedjax-dp audit --list``), e.g.
-fixed-size cohorts accounted with ``std / C`` instead of ``std / 2C`` (issue 13, 1a),
-per-client noise reported as the smallest over the sampled clients (1b), a paper's
-assumed sensitivity that its local training does not enforce (1c), local DP-SGD divided
-by the client's own ``q n_k`` (1d), attributable uploads accounted with amplification by
-sampling (issue 30, F1), exact label statistics claimed as covered (F2).
+fixed-size cohorts accounted with ``std / C`` instead of ``std / 2C``,
+per-client noise reported as the smallest over the sampled clients, a paper's
+assumed sensitivity that its local training does not enforce, local DP-SGD divided
+by the client's own ``q n_k``, attributable uploads accounted with amplification by
+sampling, exact label statistics claimed as covered.
 
 Every target observes what its release declares the server observes
 (`fedjax_dp.auditing.Setup.observation`, the algorithm's `PrivacySpec.observation`): the

@@ -7,7 +7,7 @@ from typing import Any, Callable, Dict, Optional
 
 import jax
 
-# The privacy statements live in `privacy_spec` and `multi_release_spec` (issue 31: one
+# The privacy statements live in `privacy_spec` and `multi_release_spec` (one
 # variant per kind of mechanism); re-exported here, where algorithms import them from.
 from fedjax_dp.algorithms.multi_release_spec import MultiReleaseSpec, Release
 from fedjax_dp.algorithms.privacy_spec import (CorrelatedNoiseSpec, PerClientPrivacySpec,

@@ -169,7 +169,7 @@ class Controller:
 
   def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
     """Extra fields of one round's record (``record``: what the round reported, with
-    its 0-based ``round``, ``test_loss`` where evaluated); called once per round, in
+    its 1-based ``round``, ``test_loss`` where evaluated); called once per round, in
     order. Every field must be labelled in `fedjax_dp.privacy.disclosure`."""
     return {}
 

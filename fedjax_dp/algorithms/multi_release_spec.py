@@ -1,7 +1,7 @@
 """Several releases per round: `Release` (one kind of noisy release a round makes) and
 `MultiReleaseSpec`, the `fedjax_dp.algorithms.privacy_spec.PrivacyStatement` variant of
 an algorithm whose rounds make several (e.g. federated MAML's inner and outer DP-SGD
-stages, RDP-PFL, paper 003), accounted by a
+stages of RDP-PFL), accounted by a
 `fedjax_dp.privacy.multi_release.MultiReleaseLedger`. RDP-PFL's
 `fedjax_dp.algorithms.rdp_pfl.privacy.GroupedPrivacySpec` subclasses it."""
 
@@ -29,7 +29,7 @@ __all__ = ["Release", "MultiReleaseSpec"]
 class Release:
   """One kind of noisy release that each round of an algorithm makes, when a round
   makes several (`MultiReleaseSpec.releases`), e.g. the inner (query-set) and outer
-  (support-set) DP-SGD stages of federated MAML (RDP-PFL, paper 003, Sec. III-A,
+  (support-set) DP-SGD stages of federated MAML (RDP-PFL, IEEE TIFS 2023, Sec. III-A,
   Eqs. 6-11: each of the tau0 local epochs of a round releases one Poisson-subsampled
   Gaussian of each).
 

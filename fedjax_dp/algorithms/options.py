@@ -17,7 +17,7 @@ from fedjax_dp.federated.server import SERVER_OPTIMIZERS
 from fedjax_dp.validation import FedJaxDpError, check_int, check_positive, check_probability
 
 __all__ = ["DEFAULT_SAMPLING_RATE", "ClientOptimizer", "CLIENT_OPTIMIZERS",
-           "ServerOptimizer", "FederatedOptions"]
+           "ServerOptimizer", "FederatedOptions", "check_local_work"]
 
 #: The expected cohort's rate when neither sampling_rate nor clients_per_round is given.
 DEFAULT_SAMPLING_RATE = 0.5
@@ -31,6 +31,20 @@ ServerOptimizer = Literal["fedavg", "fedavgm", "fedadam", "fedyogi"]
 if get_args(ServerOptimizer) != tuple(SERVER_OPTIMIZERS):
   raise ImportError(f"options.ServerOptimizer {get_args(ServerOptimizer)} is not "
                     f"fedjax_dp.federated.server.SERVER_OPTIMIZERS {SERVER_OPTIMIZERS}.")
+
+
+def check_local_work(local_epochs: Optional[int], local_steps: Optional[int]) -> None:
+  """Refuses local epochs other than the default (None or 1) with local steps, with the
+  functional builders' message (`fedjax_dp.algorithms.fedavg_family.local_work`).
+
+  Raises:
+    FedJaxDpError: naming local_epochs.
+  """
+  from fedjax_dp.algorithms.fedavg_family import local_work
+  try:
+    local_work(local_epochs, local_steps)
+  except FedJaxDpError as e:
+    raise FedJaxDpError(str(e), option="local_epochs") from e
 
 
 @dataclasses.dataclass
@@ -47,7 +61,7 @@ class FederatedOptions:
   local_epochs: Optional[int] = 1
   """local epochs E per round"""
   local_steps: Optional[int] = None
-  """local steps per round (replaces --local-epochs)"""
+  """local steps per round, instead of --local-epochs (give only one of the two)"""
   batch_size: int = 16
   """local minibatch size"""
   client_optimizer: ClientOptimizer = "sgd"
@@ -59,7 +73,9 @@ class FederatedOptions:
   server_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--server-lr",))] = 1.0
   """server learning rate"""
 
-  EXCLUSIVE = (("clients_per_round", "sampling_rate"),)
+  #: Pairs of options that exclude each other: the command line refuses both typed, and
+  #: one typed replaces the other's value from a config file.
+  EXCLUSIVE = (("clients_per_round", "sampling_rate"), ("local_epochs", "local_steps"))
 
   def validate_federated(self) -> None:
     """Checks these fields.
@@ -80,6 +96,7 @@ class FederatedOptions:
       check_probability("sampling_rate", self.sampling_rate)
     if self.clients_per_round is not None:
       check_int("clients_per_round", self.clients_per_round, minimum=1)
+    check_local_work(self.local_epochs, self.local_steps)
     if self.local_steps is not None:
       check_int("local_steps", self.local_steps, minimum=1)
     elif self.local_epochs is not None:

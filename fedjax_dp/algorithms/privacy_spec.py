@@ -1,5 +1,5 @@
 """What an algorithm's rounds release, under which neighbouring relation: its privacy
-statement, one explicit variant per kind of mechanism (issue 31).
+statement, one explicit variant per kind of mechanism.
 
 `PrivacyStatement` holds what every statement has (the privacy unit, the neighbouring
 relation, the sampler, what the server observes, the fixed-size population and cohort
@@ -214,7 +214,7 @@ class PrivacyStatement(abc.ABC):
 
   def supports(self, accountant: str) -> bool:
     """Whether ``accountant`` can account for this mechanism's events (both can, for
-    every sampler and observation, since issue 30).
+    every sampler and observation).
 
     Raises:
       FedJaxDpError: an unknown accountant.

@@ -86,22 +86,24 @@ def population_weight_total(counts: np.ndarray, weighting: str,
 
 
 def custom_weights(weights: Any, num_clients: int) -> np.ndarray:
-  """Validates a user-given per-population-client weight vector ``[N]`` in [0, 1].
+  """Validates a user-given per-population-client weight vector ``[N]`` (public,
+  finite, >= 0).
 
   Use it for ``PopulationData(..., weights=w)`` with ``RoundConfig(weighting="custom",
   population_weight=w.sum())``: the fixed DP-FedAvg denominator is then ``q * sum(w)``.
+  Weights above 1 are accounted, not refused: with central noise one client moves the
+  weighted sum by at most ``max_k w_k * C`` (add/remove, zero-out; twice that under
+  replace-one), which the round uses as its sensitivity
+  (`fedjax_dp.privacy.sensitivity.sum_sensitivity`), so it reports the noise
+  multiplier ``z / max_k w_k`` and the ledger composes that.
 
   Returns:
     float64 ``[N]``.
 
   Raises:
-    FedJaxDpError: wrong shape, non-finite entries or entries outside [0, 1].
+    FedJaxDpError: wrong shape (option ``weights``), non-finite or negative entries.
   """
-  w = check_weights("weights", weights, size=num_clients)
-  if np.any(w > 1):
-    raise FedJaxDpError(f"weights must be in [0, 1] (bounded for DP: one client moves the "
-                        f"weighted sum by at most w * C), got max {w.max()!r}.")
-  return w
+  return check_weights("weights", weights, size=num_clients)
 
 
 def clipped_weighted_sum(updates: PyTree, weights: jax.Array,

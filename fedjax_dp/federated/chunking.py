@@ -37,8 +37,8 @@ CPU_PARAMS_PER_CHUNK = 1 << 19
 # A chunk only has to amortise the chunk loop's per-iteration work; once one client's
 # update is large, more clients per chunk cost time on a CPU (a vmapped chunk runs its
 # micro-batch loops as long as its slowest client, and XLA:CPU runs the vmapped small
-# matmuls of convolutions worse than one client's). Measured on the 2-core machine
-# (issue 32), the 25.6k-parameter CIFAR-shaped CNN of `benchmarks.workloads`
+# matmuls of convolutions worse than one client's). Measured on a 2-core machine, the
+# 25.6k-parameter CIFAR-shaped CNN of `benchmarks.workloads`
 # DPSGD_USER_CNN, whose parameter count alone allows 20 clients per chunk: 1 client per
 # chunk takes 0.46x the round time of 10 (record-level DP-SGD; 2: 0.58x, 5: 0.79x) and
 # 0.53x (user-level training; 2: 0.76x). Hence at most CPU_FLOPS_PER_CHUNK of one

@@ -56,19 +56,29 @@ PyTree = Any
 
 
 class ClientMetrics(NamedTuple):
-  """Per-client metrics (scalars; ``[K]`` after vmap).
+  """Per-client metrics, the second output of a client update: each field a scalar
+  for one client (``[K]`` after the round's ``vmap`` over the cohort). A pytree (a
+  NamedTuple of arrays), so it passes through ``jit``, ``vmap`` and ``lax.scan``.
+
+  A custom client update builds it with `ClientMetrics.create`, which needs the four
+  fields every update has and fills the three DP-SGD-only ones with zeros.
 
   Attributes:
-    loss: float32, mean training loss over the examples processed in local steps.
-    num_examples: int32, the client's number of real examples.
-    num_steps: int32, local steps actually taken (not no-ops).
-    update_norm: float32, global L2 norm of the delta before any server-side clipping.
-    example_clip_fraction: float32, record-level DP only: fraction of sampled examples
-      whose gradient norm exceeded C_r (0 otherwise).
-    batch_truncated: int32, record-level DP only: examples dropped because a Poisson
-      batch exceeded ``max_batch_size``.
-    nonfinite_grads: int32, gradients that were NaN/Inf and zeroed: per example under
-      DP-SGD; per step only with ``skip_nonfinite_steps=True`` (otherwise 0: a
+    loss: float32 scalar, mean training loss over the examples processed in local
+      steps (the model's loss units, e.g. nats for cross-entropy); the round averages
+      it over participants into ``RoundMetrics.train_loss``.
+    num_examples: int32 scalar, the client's number of real examples.
+    num_steps: int32 scalar, local steps actually taken (not no-ops).
+    update_norm: float32 scalar, global L2 norm of the delta before any server-side
+      clipping (parameter units).
+    example_clip_fraction: float32 scalar in [0, 1], record-level DP (local DP-SGD)
+      only: fraction of sampled examples whose gradient norm exceeded C_r (0
+      otherwise); averaged into ``RoundMetrics.example_clip_fraction``.
+    batch_truncated: int32 scalar, record-level DP only: examples dropped because a
+      Poisson batch exceeded ``max_batch_size`` (0 otherwise); summed into
+      ``RoundMetrics.batch_truncated``.
+    nonfinite_grads: int32 scalar, gradients that were NaN/Inf and zeroed: per example
+      under DP-SGD; per step only with ``skip_nonfinite_steps=True`` (otherwise 0: a
       non-finite step makes the whole update non-finite, and the round zeroes that
       client's update and counts it in ``RoundMetrics.nonfinite_updates``).
   """
@@ -79,6 +89,36 @@ class ClientMetrics(NamedTuple):
   example_clip_fraction: jax.Array
   batch_truncated: jax.Array
   nonfinite_grads: jax.Array
+
+  @classmethod
+  def create(cls, loss: Any, num_examples: Any, num_steps: Any, update_norm: Any, *,
+             example_clip_fraction: Any = 0.0,
+             batch_truncated: Any = 0, nonfinite_grads: Any = 0) -> "ClientMetrics":
+    """The metrics of one client, each field cast to its documented dtype (jit- and
+    vmap-safe: use it inside a custom client update).
+
+    Args:
+      loss: float scalar, the mean local training loss (cast to float32).
+      num_examples: int scalar, the client's real examples (cast to int32).
+      num_steps: int scalar, local steps taken (cast to int32).
+      update_norm: float scalar, the global L2 norm of the client's update
+        (``optax.tree.norm(update)``; cast to float32; informational: the round
+        computes its own norms for clipping).
+      example_clip_fraction, batch_truncated, nonfinite_grads: the DP-SGD-only fields
+        (keyword-only), default zeros of dtype float32, int32, int32.
+
+    Returns:
+      A `ClientMetrics` of scalars (shape ``()``).
+
+    Raises:
+      TypeError: a value that cannot be converted to an array (from ``jnp.asarray``).
+    """
+    f32 = lambda v: jnp.asarray(v, jnp.float32)
+    i32 = lambda v: jnp.asarray(v, jnp.int32)
+    return cls(loss=f32(loss), num_examples=i32(num_examples), num_steps=i32(num_steps),
+               update_norm=f32(update_norm),
+               example_clip_fraction=f32(example_clip_fraction),
+               batch_truncated=i32(batch_truncated), nonfinite_grads=i32(nonfinite_grads))
 
 
 class ClientHParams(NamedTuple):

@@ -20,7 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from fedjax_dp.federated.population import check_population
-from fedjax_dp.federated.round import PopulationData, RoundHParams, RoundMetrics
+from fedjax_dp.federated.round import (PopulationData, RoundHParams, RoundMetrics,
+                                       check_sampling_rate)
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.privacy.ledger_protocol import Ledger, PrivacyReport
@@ -77,7 +78,9 @@ def make_block_fn(round_fn: Callable, evaluator: Optional[DeviceEvaluator] = Non
 
 
 def constant_schedule(hp: RoundHParams, rounds: int) -> RoundHParams:
-  """Broadcasts scalar hyper-parameters to a ``[rounds]`` schedule (float32 arrays)."""
+  """Broadcasts scalar hyper-parameters to a ``[rounds]`` schedule (float32 arrays;
+  a ``[d]`` leaf becomes ``[rounds, d]``; None fields stay None, e.g. a
+  ``sampling_rate`` left to the sampler)."""
   return jax.tree_util.tree_map(
       lambda v: np.broadcast_to(np.asarray(v, np.float32), (rounds,) + np.shape(v)).copy(),
       hp)
@@ -280,7 +283,9 @@ _SCHEDULE_BOUNDS = {
     "sensitivity": POSITIVE,
     "record_denominator": POSITIVE,
     "grad_clip_norm": CLIP_NORM,
-    "client_weights": ScheduleBound("in [0, 1]", lambda v: (v >= 0) & (v <= 1)),
+    # Any public weights >= 0: the round's sensitivity scales with their maximum
+    # (`fedjax_dp.federated.round.RoundHParams.client_weights`).
+    "client_weights": NON_NEGATIVE,
 }
 
 
@@ -435,13 +440,16 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
     state: initial `ServerState` (its ``round`` counter continues from there).
     data: device `PopulationData`.
     schedule: `RoundHParams` whose leaves have a leading ``[rounds]`` axis
-      (see `constant_schedule`); entry ``t`` is used in the ``t``-th round run here.
-      A 0-d leaf is a constant for all rounds.
+      (see `constant_schedule`); entry ``t`` (0-based position) is used in the
+      ``t + 1``-th round run here. A 0-d leaf is a constant for all rounds. Leave its
+      ``sampling_rate`` None: the round uses its sampler's rate (given, it must
+      equal the sampler's in every round).
     root_key: the run's root PRNG key.
     rounds: number of rounds (>= 1).
     block_size: rounds per compiled block (evaluation happens at block ends).
-    ledger: a `fedjax_dp.privacy.ledger_protocol.Ledger` (e.g. a
-      `fedjax_dp.privacy.ledger.PrivacyLedger`) or None; each block's rounds are
+    ledger: a `fedjax_dp.privacy.ledger_protocol.Ledger` (build it with
+      `fedjax_dp.federated.round.make_ledger` for a `make_round` round, or
+      ``alg.privacy.make_ledger(delta)``) or None; each block's rounds are
       recorded (`account_block`) and the RDP epsilon after each round is put in its
       record. A round with per-client noise multipliers
       (`RoundMetrics.client_noise_multipliers`) needs a
@@ -466,7 +474,9 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
       engine's (`check_schedule`); None: the engine's fields only.
 
   Returns:
-    ``(state, records)``; each record has the `RoundMetrics` fields plus
+    ``(state, records)``; each record has the `RoundMetrics` fields (``round``: the
+    round's 1-based number, ``state.round + 1`` of the state it started from, as in
+    metrics.jsonl and TensorBoard) plus
     ``epsilon`` (when a ledger is given), ``test_loss``/``test_accuracy`` (rounds where
     evaluation ran), and ``wall_time_s``: seconds from the start of this call to the
     end of the compiled block that ran the round (the block's host work, its ledger
@@ -478,7 +488,9 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
 
   Raises:
     FedJaxDpError: bad ``rounds``/``block_size``, a schedule shorter than ``rounds``
-      or with invalid entries (`check_schedule`), or an inconsistent population
+      or with invalid entries (`check_schedule`), a ``schedule.sampling_rate`` other
+      than the sampler's of an engine round (`fedjax_dp.federated.round
+      .check_sampling_rate`: a ``ValueError`` naming both), or an inconsistent population
       (`population.check_population`); all before anything is compiled. After the
       first block: a round reporting releases with a ledger that is not a
       `MultiReleaseLedger`, or the reverse, or per-client noise multipliers without a
@@ -498,6 +510,11 @@ def run_rounds(round_fn: Callable, state: ServerState, data: PopulationData,
   if evaluate is not None and device_evaluator is not None:
     raise FedJaxDpError("give at most one of evaluate and device_evaluator.")
   check_schedule(schedule, schedule_bounds)
+  sampler = getattr(round_fn, "sampler", None)  # an engine round's (make_round)
+  if sampler is not None and isinstance(schedule, RoundHParams):
+    check_sampling_rate(sampler, None if schedule.sampling_rate is None
+                        else np.asarray(schedule.sampling_rate)[:rounds],
+                        "schedule.sampling_rate")
   check_population(data)
   block_fn = block_fn or make_block_fn(round_fn, device_evaluator)
   records: List[Dict[str, Any]] = []

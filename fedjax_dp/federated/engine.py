@@ -3,8 +3,9 @@
 ``round_fn(state, data, hp, root_key) -> (ServerState, RoundMetrics)`` (jit it, scan
 it with `fedjax_dp.federated.driver`) runs
 
-1. cohort sampling (Poisson padded to ``k_max`` with a mask, or fixed size) and the
-   aggregation weights (`RoundConfig.weighting`, bounded in [0, 1] for DP);
+1. cohort sampling (Poisson padded to ``k_max`` with a mask, or fixed size) at the
+   sampler's rate and the aggregation weights (`RoundConfig.weighting`; custom weights
+   scale the sensitivity by their maximum);
 2. the release's calibration: its L2 sensitivity under the round's neighbouring
    relation (`fedjax_dp.federated.round.round_relation`) and its noise standard
    deviation (`_calibrate`);
@@ -42,7 +43,7 @@ import jax.numpy as jnp
 from fedjax_dp.federated import aggregation, chunking, keys as keylib, sharding
 from fedjax_dp.federated.population import PooledPopulation, gather_clients
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, RoundMetrics,
-                                       round_relation)
+                                       check_sampling_rate, round_relation)
 from fedjax_dp.federated.server import ServerState
 from fedjax_dp.federated.stages import ClientStage, ServerStage
 from fedjax_dp.privacy import adaptive_clipping, clipping, noise, sensitivity
@@ -367,12 +368,19 @@ def _central_stages(config: RoundConfig, state, hp, rkey, part, cal: _Calibratio
   return total, mechanism, extras, server_std
 
 
-def default_metrics(round_index, **fields) -> RoundMetrics:
+def default_metrics(rounds_done, **fields) -> RoundMetrics:
   """A `RoundMetrics` with the engine's defaults (zeros: no clipping, no noise, no
   release, nothing sampled) for every field not given, for a round that really needs
   its own code (`RoundMetrics` documents each field; ``noise_multiplier``,
   ``sampling_rate`` and ``dp_steps`` are what its ledger composes, so a private
   round must give them).
+
+  Args:
+    rounds_done: int32 scalar, the rounds completed before this one (the incoming
+      ``ServerState.round``); the metrics' ``round`` is ``rounds_done + 1``, this
+      round's 1-based number (the one convention of records, metrics.jsonl and
+      TensorBoard).
+    **fields: `RoundMetrics` fields (scalars; float32 or int32 as documented there).
 
   Raises:
     FedJaxDpError: a name that is not a `RoundMetrics` field.
@@ -386,7 +394,7 @@ def default_metrics(round_index, **fields) -> RoundMetrics:
   base = {f: (izero if f in ints else zero) for f in RoundMetrics._fields[1:18]}
   base["sensitivity"] = jnp.asarray(jnp.inf, jnp.float32)
   base.update(fields)
-  return RoundMetrics(round=round_index, **base)
+  return RoundMetrics(round=jnp.asarray(rounds_done, jnp.int32) + 1, **base)
 
 
 def _round_metrics(config, state, hp, co, part, max_norm, cal, aggregate, server_std,
@@ -403,7 +411,7 @@ def _round_metrics(config, state, hp, co, part, max_norm, cal, aggregate, server
   if config.adaptive_clip is not None:  # the combined release (sum and count)
     z_event = jnp.where(cal.z_combined > 0, cal.z_combined, 0.0)
   return RoundMetrics(
-      round=state.round, train_loss=part.loss / safe,
+      round=state.round + 1, train_loss=part.loss / safe,
       num_clients=n_part.astype(jnp.int32), num_sampled=co.cohort.num_sampled,
       num_truncated=co.cohort.num_truncated,
       clip_fraction=part.clipped / safe if config.clip_updates else jnp.zeros(()),
@@ -434,9 +442,14 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
       devices, or None for one device. ``data`` and ``state`` are replicated.
 
   Returns:
-    A pure function; ``data`` may be a `PopulationData` or a `PooledPopulation`.
+    A pure function; ``data`` may be a `PopulationData` or a `PooledPopulation`. Its
+    attributes ``sampler`` and ``config`` are the arguments (for `run_rounds`' checks
+    and `fedjax_dp.federated.round.make_ledger`). ``hp.sampling_rate`` None means the
+    sampler's rate.
 
   Raises:
+    FedJaxDpError: called eagerly (not under ``jit``) with ``hp.sampling_rate`` other
+      than the sampler's (`fedjax_dp.federated.round.check_sampling_rate`).
     FedJaxDpError: when traced, for a round configuration that needs a hyper-parameter
       that is missing (``sensitivity`` without clipping, ``client_weights`` for custom
       weights, ``server_noise_stddev`` with local-and-central noise).
@@ -448,6 +461,11 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
     # NumPy leaves (a population built on the host) become device arrays, so that a
     # call outside jit indexes them with traced ids like a call inside jit does.
     data = jax.tree_util.tree_map(jnp.asarray, data)
+    # The sampler is the one source of truth of the sampling rate (RoundHParams).
+    if hp.sampling_rate is None:
+      hp = hp._replace(sampling_rate=jnp.asarray(sampler.sampling_rate, jnp.float32))
+    else:
+      check_sampling_rate(sampler, hp.sampling_rate)  # eager calls; traced: run_rounds
     rkey = keylib.round_key(root_key, state.round)
     if config.adaptive_clip is not None:  # this round's clip norm is the one learned
       hp = hp._replace(clip_norm=state.mechanism["clip"].clip_norm)
@@ -486,6 +504,9 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
                              server_std, extras)
     return new_state, metrics
 
+  # Read by `fedjax_dp.federated.driver.run_rounds` (its host-side sampling rate check).
+  round_fn.sampler = sampler  # type: ignore[attr-defined]
+  round_fn.config = config  # type: ignore[attr-defined]
   return round_fn
 
 

@@ -34,9 +34,11 @@ class PopulationData(NamedTuple):
   """Device-resident population: ``x [N, max_n, ...]``, ``y [N, max_n]``, ``counts [N]``.
 
   ``weights`` (float32 ``[N]``, optional) are per-population-client aggregation
-  weights, read only with ``RoundConfig(weighting="custom")``; under DP they must lie
-  in [0, 1] so that one client moves the weighted sum by at most the clip norm
-  (validate them with `fedjax_dp.federated.aggregation.custom_weights`).
+  weights (public, finite, >= 0), read only with ``RoundConfig(weighting="custom")``
+  (validate them with `fedjax_dp.federated.aggregation.custom_weights`). With central
+  noise one client moves the weighted sum by at most ``max_k w_k`` times the clip
+  norm, the sensitivity the round reports (so weights above 1 cost privacy; see
+  `fedjax_dp.federated.round.RoundHParams.client_weights`).
   """
   x: jax.Array
   y: jax.Array
@@ -98,8 +100,8 @@ def check_population(data: Any) -> None:
 
   `PopulationData`: ``y`` is ``[N, max_n]`` like ``x``'s first two axes, ``counts`` an
   integer ``[N]`` in ``[0, max_n]`` (a client with 0 examples takes part with a zero
-  update). Either layout: ``weights``, when given, are ``[N]``, finite and >= 0 (the
-  DP bound w <= 1 is `aggregation.custom_weights`'s check, since only DP needs it).
+  update). Either layout: ``weights``, when given, are ``[N]``, finite and >= 0 (any
+  size: the round's sensitivity scales with their maximum).
 
   Raises:
     FedJaxDpError: naming the field and what is allowed.
@@ -126,8 +128,7 @@ def check_population(data: Any) -> None:
     if w.shape != (data.num_clients,):
       raise FedJaxDpError(f"weights must have shape ({data.num_clients},), got {w.shape}.")
     if not np.all(np.isfinite(w)) or np.any(w < 0):
-      raise FedJaxDpError("weights must be finite and >= 0 (under DP also <= 1; see "
-                          "aggregation.custom_weights).")
+      raise FedJaxDpError("weights must be finite and >= 0.", option="weights")
 
 
 def make_pooled_population(pool_x: Any, pool_y: Any, counts: Any, *,

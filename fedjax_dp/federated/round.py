@@ -39,8 +39,10 @@ import dataclasses
 from typing import Any, Callable, NamedTuple, Optional
 
 import jax
+import jax.core  # explicit: `jax.core.Tracer` (value checks skip traced arrays)
 import jax.flatten_util
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from fedjax_dp.federated.client import ClientHParams
@@ -48,7 +50,8 @@ from fedjax_dp.federated.population import PopulationData
 
 __all__ = ["RoundHParams", "RoundMetrics", "RoundConfig", "PopulationData", "make_round",
            "round_relation", "round_observation", "nonfinite_fallback_update",
-           "init_mechanism_state", "NOISE_MODES", "WEIGHTINGS", "DENOMINATORS"]
+           "init_mechanism_state", "check_sampling_rate", "make_ledger", "NOISE_MODES",
+           "WEIGHTINGS", "DENOMINATORS"]
 from fedjax_dp.privacy import adaptive_clipping, clipping, noise
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
@@ -71,15 +74,27 @@ class RoundHParams(NamedTuple):
       the hyper-parameter (noise std / clip norm); the round reports the noise
       multiplier of its DpEvent, ``std / sensitivity`` (`RoundMetrics`), which is z/2
       for fixed-size cohorts.
-    sampling_rate: float32 Poisson rate q (fixed-size sampling reports m / N).
+    sampling_rate: None (recommended), or float32 q in (0, 1]. None: the sampler's
+      rate (``PoissonSampler.sampling_rate``; ``m / N`` for a `FixedSizeSampler`), so
+      the rate is given once, to the sampler, which sizes the padded cohort ``k_max``
+      for it. A value given here must equal the sampler's (to float32 precision) in
+      every round: `run_rounds` and an eager call of the round refuse a mismatch with
+      a ``ValueError`` (`check_sampling_rate`), since a larger rate than ``k_max`` was
+      sized for drops clients and a fixed-size cohort ignores it.
     client: `ClientHParams` for local training (learning rate, record-level DP-SGD).
     server_learning_rate: float32 eta_s multiplying the server optimiser's step, or
       None (the optimiser's own rate); see `fedjax_dp.federated.server.server_update`.
-    client_weights: float32 ``[num_clients]`` aggregation weights in [0, 1] indexed by
-      population client id (e.g. PADPFL's impact factors p_i), read by
+    client_weights: float32 ``[num_clients]`` aggregation weights >= 0 (public, finite)
+      indexed by population client id (e.g. PADPFL's impact factors p_i), read by
       ``weighting="custom"`` instead of ``PopulationData.weights``; as a schedule
       ``[rounds, num_clients]``, so time-varying weights never recompile. None: use
-      the population's.
+      the population's. Weights above 1 are allowed and accounted: with central noise
+      the round's sensitivity is ``C * max_k w_k`` (add/remove, zero-out) or
+      ``2 C max_k w_k`` (replace-one), the maximum over the population's weights that
+      round (`fedjax_dp.privacy.sensitivity.sum_sensitivity`), so the reported noise
+      multiplier is ``z / max_k w_k``: weights above 1 cost privacy, weights below 1
+      do not gain it unless all are. With local noise each upload is released before
+      weighting, so weights do not change the sensitivity.
     server_noise_stddev: float32 sigma_S >= 0, the standard deviation (parameter units)
       of the server's Gaussian noise on the weighted sum with
       ``noise="local_and_central"`` (PADPFL eq. 13); ignored otherwise.
@@ -100,7 +115,7 @@ class RoundHParams(NamedTuple):
   """
   clip_norm: Any
   noise_multiplier: Any
-  sampling_rate: Any
+  sampling_rate: Any = None
   client: ClientHParams = ClientHParams()
   server_learning_rate: Any = None
   client_weights: Any = None
@@ -112,6 +127,11 @@ class RoundHParams(NamedTuple):
 
 class RoundMetrics(NamedTuple):
   """Scalars per round (stacked to ``[rounds]`` by the driver).
+
+  ``round`` (int32) is the round's 1-based number: ``ServerState.round + 1`` of the
+  state it started from, i.e. the number of rounds completed after it. Records
+  (`fedjax_dp.federated.driver.run_rounds`), metrics.jsonl and TensorBoard steps carry
+  the same number.
 
   ``noise_multiplier``, ``sampling_rate`` and ``dp_steps`` are what the ledger composes:
   for user-level DP the round's (``noise_stddev / sensitivity``, q, 1) under
@@ -300,6 +320,111 @@ def round_observation(config: RoundConfig) -> str:
   return "attributable" if config.local_noise and not config.record_level else "aggregate"
 
 
+def check_sampling_rate(sampler, sampling_rate: Any,
+                        where: str = "RoundHParams.sampling_rate") -> None:
+  """Refuses a round's sampling rate that differs from its sampler's (host-side).
+
+  The sampler is the one source of truth of the rate: it sizes a Poisson cohort's
+  padded ``k_max`` for it (a larger rate would drop clients) and a fixed-size cohort
+  draws ``m`` clients whatever the hyper-parameter says (while the denominator ``q W``
+  and the ledger would read the hyper-parameter). Leave ``RoundHParams.sampling_rate``
+  None to use the sampler's.
+
+  Args:
+    sampler: a `PoissonSampler` or `FixedSizeSampler` (its ``sampling_rate``).
+    sampling_rate: None (nothing to check), a scalar or an array of rates (e.g. a
+      schedule ``[rounds]``); values still being traced under ``jit`` are not checked.
+    where: how the rate was given, for the message.
+
+  Raises:
+    FedJaxDpError (a ``ValueError``): an entry that is not the sampler's rate to
+      float32 precision, naming both arguments and values (option ``sampling_rate``).
+  """
+  if sampling_rate is None or isinstance(sampling_rate, jax.core.Tracer):
+    return
+  rates = np.asarray(sampling_rate, np.float64).ravel()
+  want = float(np.float32(sampler.sampling_rate))
+  bad = ~np.isclose(rates, want, rtol=1e-6, atol=0.0)
+  if np.any(bad):
+    i = int(np.argmax(bad))
+    got = float(rates[i])
+    entry = f" (entry {i})" if rates.size > 1 else ""
+    owner = ("PoissonSampler.create(..., sampling_rate=...)" if sampler.kind == "poisson"
+             else "FixedSizeSampler cohort_size / population_size")
+    raise FedJaxDpError(
+        f"{where}={got!r}{entry} differs from the sampler's sampling_rate="
+        f"{float(sampler.sampling_rate)!r} ({owner}); give the rate once, to the "
+        "sampler, and leave RoundHParams.sampling_rate=None (it then follows the "
+        "sampler).", option="sampling_rate")
+
+
+def make_ledger(sampler, config: RoundConfig, delta: float, *,
+                num_clients: Optional[int] = None, dp_sgd: Any = None,
+                max_examples: Optional[int] = None, **ledger_options: Any):
+  """The recommended way to build the privacy ledger of a round built with `make_round`
+  (or `fedjax_dp.federated.engine.make_engine_round`) from ``sampler`` and ``config``:
+  every accounting choice is read from the round itself, so the ledger composes what
+  the round reports under the round's own neighbouring relation (`round_relation`),
+  observation (`round_observation`), sampler and truncation. (Ready-made algorithms
+  make theirs with ``alg.privacy.make_ledger(delta)``, the same statement for their
+  rounds.)
+
+  Args:
+    sampler: the round's `PoissonSampler` or `FixedSizeSampler`.
+    config: the round's `RoundConfig`.
+    delta: target delta in (0, 1).
+    num_clients: N for per-client noise multipliers (a ``[num_clients]``
+      ``RoundHParams.noise_multiplier`` with local noise): a
+      `fedjax_dp.privacy.per_client.PerClientLedger` is returned; None: one
+      `fedjax_dp.privacy.ledger.PrivacyLedger`.
+    dp_sgd: the client's `fedjax_dp.federated.client.DpSgdConfig`; required with
+      ``config.record_level`` (its padded Poisson batches' truncation adds to delta).
+    max_examples: the largest client's examples (required with ``dp_sgd``).
+    **ledger_options: ``orders`` and/or ``pld_value_discretization_interval`` of
+      `PrivacyLedger`.
+
+  Returns:
+    An empty ledger (`fedjax_dp.privacy.ledger_protocol.Ledger`): user level, the
+    sampler's kind, population and (fixed size) cohort sizes; a Poisson cohort's
+    truncation at ``k_max`` (`fedjax_dp.privacy.events.Truncation`); record level:
+    record-level Poisson DP-SGD with its batch truncation.
+
+  Raises:
+    FedJaxDpError: ``dp_sgd`` or ``max_examples`` missing for a record-level round, an
+      option that is not ``orders`` / ``pld_value_discretization_interval``, or invalid
+      values (as `PrivacyLedger`).
+  """
+  from fedjax_dp.privacy import events, ledger as ledger_lib, per_client
+  unknown = sorted(set(ledger_options) - {"orders", "pld_value_discretization_interval"})
+  if unknown:
+    raise FedJaxDpError(f"make_ledger takes no {', '.join(unknown)}: the sampler, relation, "
+                        "observation, sizes and truncation follow from the round.",
+                        option=unknown[0])
+  kwargs: dict[str, Any]
+  if config.record_level:
+    if dp_sgd is None or max_examples is None:
+      raise FedJaxDpError("make_ledger needs dp_sgd (the client's DpSgdConfig) and "
+                          "max_examples for a record-level round (RoundConfig("
+                          "record_level=True)).", option="dp_sgd")
+    kwargs = dict(sampler="poisson", privacy_unit="record",
+                  relation=round_relation(sampler, config),
+                  observation=round_observation(config),
+                  truncation=dp_sgd.truncation(max_examples, sampler.k_max))
+  else:
+    kwargs = dict(sampler=sampler.kind, privacy_unit="user",
+                  relation=round_relation(sampler, config),
+                  observation=round_observation(config),
+                  population_size=sampler.population_size,
+                  cohort_size=(sampler.cohort_size if sampler.kind == "fixed_size"
+                               else None),
+                  truncation=(events.Truncation(sampler.population_size, sampler.k_max, 1)
+                              if sampler.kind == "poisson" else None))
+  kwargs.update(ledger_options)
+  if num_clients is not None:
+    return per_client.PerClientLedger(num_clients, delta, **kwargs)
+  return ledger_lib.PrivacyLedger(delta, **kwargs)
+
+
 def _ball_radius(client_hp) -> Any:
   """The radius of the parameter ball every trained client model is projected onto
   (``param_clip_norm`` after every step, ``final_param_clip_norm`` once; the smaller
@@ -316,12 +441,12 @@ def nonfinite_fallback_update(params, client_hp) -> Any:
   """The update that replaces a client's non-finite update in an unclipped round.
 
   Without a parameter ball: zeros (the client uploads the received model ``w0``). With
-  one (model-upload papers 000 and 004, whose sensitivity 2R is the ball's diameter,
+  one (the model-upload algorithms PADPFL and amplitude-varying perturbation, whose
+  sensitivity 2R is the ball's diameter,
   `fedjax_dp.privacy.sensitivity.ball_sensitivity`): ``P_R(w0) - w0``, so that the
   client uploads the projection of the public global model onto the ball, a point
   inside it that does not depend on any client's data. Uploading ``w0`` itself could lie
-  outside the ball (``w0`` averages noisy models) and break the 2R bound (issue 30,
-  F10).
+  outside the ball (``w0`` averages noisy models) and break the 2R bound.
 
   Args:
     params: the global model ``w0`` (pytree).

@@ -25,6 +25,10 @@ class ServerState(NamedTuple):
   """Global model parameters, server optimiser state, the round counter (int32) and
   the state of the round's privacy mechanism.
 
+  ``round`` counts the rounds completed (0 before the first): the round that starts
+  from a state numbers itself ``state.round + 1`` (`RoundMetrics.round`, 1-based, as
+  records, metrics.jsonl and TensorBoard). PRNG keys are folded with ``state.round``.
+
   ``mechanism`` is ``()`` for a round whose clip norm and noise are memoryless; a dict
   otherwise, with ``"clip"`` (the adaptive clip norm's state,
   `fedjax_dp.privacy.adaptive_clipping.ClipState`) and/or ``"noise"`` (a correlated

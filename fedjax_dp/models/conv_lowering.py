@@ -5,7 +5,7 @@ per-example DP-SGD vmaps each example's gradient over the batch. JAX lowers a
 convolution whose kernel carries a vmapped axis to a grouped convolution, and XLA:CPU
 runs grouped convolutions and per-example convolution gradients inside a ``lax.scan``
 (the local-steps loop) about 10x slower than the same work written as a matrix product
-(measured in `benchmarks/RESULTS.md`; issue 32: a user's ``nn.Conv`` CNN trained with
+(measured in `benchmarks/RESULTS.md`: a user's ``nn.Conv`` CNN trained with
 record-level DP-SGD at 13.8 s per round against 3.05 s for the same network written
 with `fedjax_dp.models.layers.Conv`). Unfolding the input into patches turns the
 convolution into ``patches [N, K * C_in] @ kernel [K * C_in, C_out]``, which stays a

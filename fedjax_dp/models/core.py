@@ -124,8 +124,9 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
   Args:
     name: one of ``MODEL_NAMES``: ``"mlp"`` (hidden widths ``hidden``), ``"cnn"``
       (2-conv MNIST-style CNN, needs an image ``[H, W]`` or ``[H, W, C]``), ``"lenet5"``
-      (LeNet-5, paper 004's CNN), ``"cnn_fc50"`` (two 5x5 convolutions, a per-example
-      norm and a 50-unit dense layer: paper 001's CNN, 21,880 parameters), ``"cnn3"`` (paper 003's 3-conv CIFAR CNN; its
+      (LeNet-5, the amplitude-varying paper's CNN), ``"cnn_fc50"`` (two 5x5 convolutions,
+      a per-example norm and a 50-unit dense layer: LAPA's CNN, 21,880 parameters),
+      ``"cnn3"`` (RDP-PFL's 3-conv CIFAR CNN; its
       dense widths are ``hidden``, default (200, 200) -> give (128, 256) for the
       paper's),
       ``"har_cnn"`` (1-D CNN, needs ``[T, channels]``), ``"linear"``.

@@ -67,8 +67,9 @@ class CNN(nn.Module):
 class LeNet5(nn.Module):
   """LeNet-5 layout: conv(6, 5x5) -> relu -> maxpool 2 -> conv(16, 5x5) -> relu ->
   maxpool 2 -> dense 120 -> relu -> dense 84 -> relu -> dense(num_classes); VALID
-  convolutions. The "2 conv (kernel 5) + 3 FC" CNN of Yuan et al. (paper 004, Sec. V-C;
-  layout per its implementation note, section 5.3): 44,426 parameters on 28x28x1.
+  convolutions. The "2 conv (kernel 5) + 3 FC" CNN of Yuan et al. (amplitude-varying perturbation,
+  IEEE TIFS 2023, Sec. V-C; the layer layout is our reading of the paper): 44,426
+  parameters on 28x28x1.
   """
   num_classes: int
 
@@ -85,17 +86,17 @@ class LeNet5(nn.Module):
 
 
 class CNNFC50(nn.Module):
-  """The CNN of Sun et al. (paper 001, LAPA, Sec. V-A): two convolutional layers each
+  """The CNN of Sun et al. (LAPA, arXiv 2505.19823, Sec. V-A): two convolutional layers each
   followed by max pooling, a normalisation layer, a 50-unit dense layer with ReLU and
-  the output layer. The paper omits kernel sizes and widths; its implementation note
-  (section 5 [D]) takes the classic PyTorch MNIST net: conv(10, 5x5, VALID) -> maxpool 2
+  the output layer. The paper omits kernel sizes and widths; we take the classic
+  PyTorch MNIST net (our choice): conv(10, 5x5, VALID) -> maxpool 2
   -> relu -> conv(20, 5x5, VALID) -> maxpool 2 -> relu -> norm -> dense 50 -> relu ->
   dense(num_classes): 21,880 parameters on 28x28x1.
 
   The paper's BatchNorm is replaced by GroupNorm with one group (per-example
   normalisation over H, W and the 20 channels, with a per-channel scale and bias: the
   same 40 parameters): BatchNorm's batch coupling and running statistics break
-  per-example clipping and leak batch statistics outside the noise (note 9 A3).
+  per-example clipping and leak batch statistics outside the noise.
   """
   num_classes: int
 
@@ -112,11 +113,11 @@ class CNNFC50(nn.Module):
 
 
 class CNN3(nn.Module):
-  """The CIFAR-10 CNN of Wei et al. (paper 003, RDP-PFL, Sec. V-A): three blocks
+  """The CIFAR-10 CNN of Wei et al. (RDP-PFL, IEEE TIFS 2023, Sec. V-A): three blocks
   conv(3x3, SAME, stride 1) -> maxpool 2x2 -> relu with 64, 128, 256 filters, then
   dense ``hidden`` widths with relu (the paper's 128 then 256; the last one is the
   "last FC layer" whose width the paper's Fig. 6(b) varies), dense(num_classes).
-  Padding is not stated in the paper; SAME (its implementation note, H10) gives
+  Padding is not stated in the paper; SAME (our choice) gives
   930,826 parameters on 32x32x3. Input ``[B, H, W, C]`` (``[B, H, W]`` gets C=1).
   """
   num_classes: int

@@ -88,7 +88,7 @@ DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 
 class UnsupportedAccountingError(FedJaxDpError):
   """The requested accountant cannot account for the requested events (kept for
-  callers' ``except`` clauses: since issue 30 both accountants support every event this
+  callers' ``except`` clauses: both accountants now support every event this
   library builds, sampling without replacement included)."""
 
 
@@ -408,7 +408,7 @@ def check_accountant_supports(accountant: str, sampler: str,
                               population_size: Optional[int] = None,
                               cohort_size: Optional[int] = None) -> None:
   """Checks the accountant's and sampler's names. Both accountants support both
-  samplers since issue 30: the PLD of sampling without replacement is that of its
+  samplers: the PLD of sampling without replacement is that of its
   dominating pair (`PldAccountant`). Kept for callers that check before building.
 
   Raises:

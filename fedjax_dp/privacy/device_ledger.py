@@ -1,7 +1,7 @@
 """Per-device privacy ledgers: each device's guarantee is the composition of *its*
 Gaussian releases over the rounds it released in (record-level DP on each device's own
-data); the run's guarantee is the worst device's. Used by DP-MOCHA (paper 002, note 002
-Sec. 14.18: replace-one, dropped devices release nothing) and LAPA (paper 001: every
+data); the run's guarantee is the worst device's. Used by DP-MOCHA (IEEE IoT-J 2020; in our
+reading: replace-one, dropped devices release nothing) and LAPA (arXiv 2505.19823: every
 device's artificial noise differs per round and is chosen adaptively from earlier noisy
 releases, so its ledger is a privacy filter, below; the wireless channel's noise is not
 counted).

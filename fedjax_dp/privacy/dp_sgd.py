@@ -3,7 +3,7 @@
 ``noisy_clipped_sum`` is the gradient estimate of one DP-SGD step (Abadi et al., CCS
 2016, Alg. 1, lines "take a random sample", "clip gradient", "add noise") for any
 per-example vector: a loss gradient (local DP-SGD, `fedjax_dp.federated.client`) or a
-second-order term (paper 003's per-example meta-gradient). Every record in ``eligible``
+second-order term (RDP-PFL's per-example meta-gradient). Every record in ``eligible``
 is sampled independently with probability ``q`` (Poisson sampling, what
 ``PoissonSampledDpEvent`` assumes); the sampled rows are gathered into a static
 ``max_batch_size`` (a draw that overflows it is truncated: the caller's

@@ -1,7 +1,7 @@
 """Several named DP releases per round, composed in one ledger.
 
 Some algorithms release more than one noisy quantity per round, each with its own
-sampling: federated MAML with record-level DP (RDP-PFL, paper 003, Sec. III-A,
+sampling: federated MAML with record-level DP (RDP-PFL, IEEE TIFS 2023, Sec. III-A,
 Eqs. 6-11) runs, in each of the tau0 local epochs of a round, an inner DP-SGD step on
 the query set (Poisson rate q^Q) and an outer DP-SGD step on the support set (Poisson
 rate q^S), both with the same noise multiplier z. Each kind is a *release* with a name
@@ -21,7 +21,7 @@ Prop. 1) and is converted by dp_accounting's
 `rdp_privacy_accountant.compute_epsilon`; PLD composes every release's events in one
 `dp_accounting.pld.PLDAccountant`.
 
-Groups (issue 30, F8). Not every record can influence every release: in RDP-PFL's
+Groups. Not every record can influence every release: in RDP-PFL's
 per-example modes a record is either in its client's query set (it enters the inner
 release; the outer one sees it only through the already released noisy inner step,
 post-processing) or in its support set (outer release only). ``groups`` lists, for each
@@ -536,7 +536,7 @@ class MultiReleaseLedger:
 
   @classmethod
   def from_dict(cls, state: Dict[str, Any]) -> "MultiReleaseLedger":
-    """Inverse of `to_dict` (a state without ``groups``, written before issue 30,
+    """Inverse of `to_dict` (a state without ``groups``, written by an older version,
     restores the default single group: the composition it was written with).
 
     Raises:

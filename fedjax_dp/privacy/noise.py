@@ -57,7 +57,8 @@ def _threefry_words(key: jax.Array, n: int) -> jax.Array:
   "Parallel random numbers: as easy as 1, 2, 3", SC 2011: Threefry-2x32 with 13 or
   more rounds passes TestU01's BigCrush; JAX uses 20). JAX's current partitionable
   layout hashes one block per word and XORs its halves: the same generator, twice the
-  hashing (the hash was ~75% of a normal draw on a CPU, issue 32).
+  hashing (the hash was ~75% of a normal draw on a CPU, measured in
+  `benchmarks/RESULTS.md`).
   """
   kd = jax.random.key_data(key)
   h = (n + 1) // 2

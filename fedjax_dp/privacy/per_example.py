@@ -411,7 +411,7 @@ def clipped_sum(fn: Callable, params: PyTree, batch: PyTree, weights, clip_norm)
   """``sum_i w_i clip_C(v_i)`` for any per-example vector function (the vmap path).
 
   Serves first-order DP-SGD (``fn`` = one example's loss gradient) and second-order
-  terms: e.g. paper 003's per-example meta-gradient ``(I - eta H_x) grad l(theta~; x)``
+  terms: e.g. RDP-PFL's per-example meta-gradient ``(I - eta H_x) grad l(theta~; x)``
   is a per-example Hessian-vector product written as ``fn``.
 
   Args:

@@ -8,7 +8,7 @@ The record layout: a release ``name`` appears in ``metrics.jsonl`` as the fields
 ``{name}_truncation_{field}`` for each field of `RELEASE_TRUNCATION_FIELDS`
 (`fedjax_dp.privacy.ledger_protocol.release_field`).
 
-Groups (issue 30, F8): each group lists the releases one record can influence in one of
+Groups: each group lists the releases one record can influence in one of
 the positions it can hold; together they must cover every release (a release no record
 can influence would not be accounted). See `fedjax_dp.privacy.multi_release` for how a
 ledger composes them.

@@ -31,7 +31,8 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
 
 RELATIONS = ("add_remove", "zero_out", "replace_one")
 
-#: How an algorithm that uploads noisy *models* (papers 000 and 004) bounds an upload's
+#: How an algorithm that uploads noisy *models* (PADPFL and amplitude-varying
+#: perturbation) bounds an upload's
 #: sensitivity: ``"paper"`` (the paper's calibration, the guarantee from the parameter
 #: ball) or ``"clipped_gradients"`` (per-example gradient clipping, provable).
 SENSITIVITY_MODES = ("paper", "clipped_gradients")
@@ -62,8 +63,9 @@ def sum_sensitivity(clip_norm: Any, relation: str, max_weight: Any = 1.0) -> Any
 
   ``C * max_k w_k`` under add/remove and zero-out, ``2 C max_k w_k`` under replace-one
   (McMahan, Ramage, Talwar, Zhang, ICLR 2018, Sec. 2, bounded weights; Wang, Balle,
-  Kasiviswanathan, AISTATS 2019, Thm. 27, replace-one). Weights are public and in
-  [0, 1]; one unit contributes to exactly one term.
+  Kasiviswanathan, AISTATS 2019, Thm. 27, replace-one). Weights are public and >= 0
+  (any size: above 1 the sensitivity grows with them); one unit contributes to exactly
+  one term.
 
   Args:
     clip_norm: C >= 0 (units of the updates), float or array.
@@ -112,9 +114,10 @@ def clipped_gd_sensitivity(learning_rate: float, grad_clip_norm: float, local_st
   so ``d_tau`` is this recursion's value (it needs no smoothness or convexity; for
   ``tau = 1`` it is the familiar ``2 eta G / b``). With a projection onto a ball of radius
   R the result is also at most ``2 R`` (`ball_sensitivity`), and the minimum is
-  returned. This is ours (derived for fedjax_dp's provable modes of papers 000 and
-  004), not a paper's formula; it replaces their assumed ``2C / |D_k|`` (NbAFL, Wei et al.
-  2020), which holds only for a client whose training is a contraction.
+  returned. This is ours (derived for fedjax_dp's provable modes of PADPFL and
+  amplitude-varying perturbation), not a paper's formula; it replaces their assumed
+  ``2C / |D_k|`` (NbAFL, Wei et al. 2020), which holds only for a client whose training
+  is a contraction.
 
   Args:
     learning_rate: eta > 0 (plain SGD steps; no momentum or adaptivity).
@@ -171,7 +174,7 @@ def model_upload_sensitivity(mode: str, paper: float, ball_radius: float,
                              grad_clip_norm: Optional[float] = None,
                              prox_mu: float = 0.0) -> ModelUploadSensitivity:
   """Sensitivities of a client's noisy *model* upload trained by noise-free local GD
-  whose result is projected onto ``||w|| <= R`` (papers 000 and 004).
+  whose result is projected onto ``||w|| <= R`` (PADPFL and amplitude-varying perturbation).
 
   * ``"paper"``: the noise follows the paper's formula with ``paper`` (its NbAFL
     sensitivity ``2R / |D_k|``, which only holds if local training moves a model by at
@@ -184,7 +187,7 @@ def model_upload_sensitivity(mode: str, paper: float, ball_radius: float,
   Args:
     mode: one of `SENSITIVITY_MODES`.
     paper: the paper's sensitivity (> 0).
-    ball_radius: R > 0, the projection radius (C of paper 004, B of paper 000).
+    ball_radius: R > 0, the projection radius (C of amplitude-varying perturbation, B of PADPFL).
     learning_rate, local_steps, min_batch_size, prox_mu: as in `clipped_gd_sensitivity`.
     grad_clip_norm: G > 0, required with ``"clipped_gradients"`` and refused otherwise.
 

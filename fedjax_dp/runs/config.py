@@ -20,7 +20,6 @@ from typing import Annotated, Any, Dict, List, Literal, Mapping, Optional, Tuple
 import tyro
 
 from fedjax_dp.algorithms import registry
-from fedjax_dp.algorithms.interface import check_choices
 from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, check_int)
 
 __all__ = [
@@ -145,11 +144,15 @@ class RunConfig:
   """accept delta >= 1/n for the privacy unit's population n (refused otherwise: such a
   delta allows publishing a unit's data outright); for reproducing a paper that used one;
   summary.json's delta_meaning then says the guarantee is weak in that sense"""
+  allow_divergence: bool = False
+  """keep training a run that diverged (fedjax_dp.runs.divergence: most client updates
+  non-finite, or the test loss exploding) with a warning; by default it stops there,
+  keeping its outputs, and fedjax-dp exits with status 3"""
   logger: str = "tensorboard"
   """experiment trackers: a comma list of tensorboard, wandb, mlflow, or none;
-  tensorboard writes event files to <out>/tensorboard (wandb: pip install wandb; mlflow:
-  pip install mlflow-skinny, default store <out>/mlruns); they get what metrics.jsonl
-  gets"""
+  tensorboard writes event files to <out>/tensorboard (view them with the tensorboard
+  command; it, wandb and mlflow come with pip install "fedjax_dp[trackers]"; mlflow's
+  default store is <out>/mlruns); they get what metrics.jsonl gets"""
   options: Annotated[Any, tyro.conf.Suppress] = None
   """the algorithm's options (an instance of its ``Options``; None: its defaults)"""
 
@@ -255,6 +258,7 @@ class RunConfig:
     from fedjax_dp.data.sources import npz
     from fedjax_dp.models import MODEL_NAMES
     from fedjax_dp.models.core import check_factory_spec, is_factory_spec
+    from fedjax_dp.algorithms.interface import check_choices
     from fedjax_dp.validation import check_choice
     check_choices(self)
     plugin = self.plugin  # raises for an unknown algorithm
@@ -293,7 +297,8 @@ class RunConfig:
     check_delta(self.delta)
     if self.target_epsilon is not None:
       check_epsilon(self.target_epsilon, "target_epsilon")
-    for name in ("overwrite", "verify_checksums", "dp_metrics_only", "allow_large_delta"):
+    for name in ("overwrite", "verify_checksums", "dp_metrics_only", "allow_large_delta",
+                 "allow_divergence"):
       if not isinstance(getattr(self, name), bool):
         raise FedJaxDpError(f"{name} must be True or False, got {getattr(self, name)!r}.",
                             option=name)

@@ -10,7 +10,9 @@ summary).
 Every epsilon in a title says what it is: the accountant's (RDP or PLD, with its
 delta: the guarantee for the noise the code added) and, when the algorithm reports one,
 the paper's own (``summary["epsilon_paper"]``: its calibration or accounting, as the
-paper states it). A non-private run says ``non-private (epsilon = inf)``.
+paper states it). A non-private run says ``non-private (epsilon = inf)``; a private run
+with no rounds (stopped before its first block finished) ``no rounds completed
+(epsilon = 0)``.
 """
 
 from __future__ import annotations
@@ -84,10 +86,24 @@ def paper_epsilon_method(summary: Mapping[str, Any]) -> str:
   return "the paper's accounting"
 
 
+NON_PRIVATE = "non-private (epsilon = inf)"
+NO_ROUNDS = "no rounds completed (epsilon = 0)"
+
+
+def is_private(summary: Mapping[str, Any]) -> bool:
+  """Whether a summary.json claims a DP guarantee: its ``private`` field (summaries
+  written before it existed: a finite ``epsilon``)."""
+  if "private" in summary:
+    return bool(summary["private"])
+  return _finite(summary.get("epsilon"))
+
+
 def epsilon_label(summary: Mapping[str, Any]) -> str:
   """What the run's epsilon is, for a title.
 
-  * non-private (``epsilon`` None or inf): ``"non-private (epsilon = inf)"``;
+  * non-private (``private`` false; summaries without it: ``epsilon`` None or inf):
+    ``"non-private (epsilon = inf)"``;
+  * private with no rounds run (``rounds`` 0): ``"no rounds completed (epsilon = 0)"``;
   * the accountant's alone: ``"epsilon 268.9 (RDP accountant, delta 1e-3)"``;
   * with the paper's own (``epsilon_paper`` finite): ``"accountant: eps=268.9 (RDP,
     delta 1e-3); paper's calibration: eps=20 (basic composition)"``
@@ -98,8 +114,12 @@ def epsilon_label(summary: Mapping[str, Any]) -> str:
       ``epsilon_paper`` and its note).
   """
   eps = summary.get("epsilon")
+  if not is_private(summary):
+    return NON_PRIVATE
+  if summary.get("rounds") == 0:
+    return NO_ROUNDS
   if not _finite(eps):
-    return "non-private (epsilon = inf)"
+    return "no finite epsilon"
   acc = str(summary.get("accountant") or "rdp").upper()
   delta = summary.get("delta")
   delta_txt = f", delta {format_delta(delta)}" if _finite(delta) else ""
@@ -174,12 +194,13 @@ def _draw(axes, runs: Sequence[Tuple[Sequence[Mapping[str, Any]], Mapping[str, A
     a_loss.text(0.5, 0.5, "train loss not released" + (" (--dp-metrics-only)" if dp_only
                                                         else ""),
                 ha="center", va="center", transform=a_loss.transAxes)
+  private = any(is_private(s) for _, s in runs)
+  empty = (NO_ROUNDS if private and not any(records for records, _ in runs) else
+           "epsilon not released" if private else NON_PRIVATE)
   if not any_eps:
-    a_eps.text(0.5, 0.5, "non-private (epsilon = inf)", ha="center", va="center",
-               transform=a_eps.transAxes)
+    a_eps.text(0.5, 0.5, empty, ha="center", va="center", transform=a_eps.transAxes)
   if not any_last and last_x == "epsilon":
-    a_last.text(0.5, 0.5, "non-private (epsilon = inf)", ha="center", va="center",
-                transform=a_last.transAxes)
+    a_last.text(0.5, 0.5, empty, ha="center", va="center", transform=a_last.transAxes)
 
 
 def curves_figure(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]):
@@ -253,6 +274,20 @@ def read_run(folder: str) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
   return records, summary
 
 
+#: Options whose None means another option's value (`fedjax_dp.runs.config.RunConfig`):
+#: ``data_seed`` None is the run's ``seed``.
+_RESOLVED_FROM = {"data_seed": "seed"}
+
+
+def _effective(config: Dict[str, Any]) -> Dict[str, Any]:
+  """``config`` with each None of `_RESOLVED_FROM` replaced by the value it resolves to,
+  so that ``data_seed=None`` and ``data_seed=0`` of a seed-0 run compare equal."""
+  for key, source in _RESOLVED_FROM.items():
+    if key in config and config[key] is None and source in config:
+      config[key] = config[source]
+  return config
+
+
 def differing_labels(summaries: Sequence[Mapping[str, Any]],
                      names: Optional[Sequence[str]] = None) -> List[str]:
   """Legend labels from the config keys whose values differ between runs, e.g.
@@ -265,7 +300,7 @@ def differing_labels(summaries: Sequence[Mapping[str, Any]],
     summaries: the runs' ``summary.json`` dicts (``config``: the flat option table).
     names: fallback labels, one per run.
   """
-  configs = [dict(s.get("config") or {}) for s in summaries]
+  configs = [_effective(dict(s.get("config") or {})) for s in summaries]
   keys: List[str] = []
   for c in configs:
     keys += [k for k in c if k not in keys and k not in _NOT_LABELS]

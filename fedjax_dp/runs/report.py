@@ -8,12 +8,15 @@ import math
 import signal
 from typing import Any, Dict
 
-__all__ = ["print_summary", "print_result", "print_privacy", "print_outputs", "eps_text"]
+__all__ = ["print_summary", "print_result", "print_privacy", "privacy_line",
+           "privacy_detail", "print_outputs", "output_files", "OUTPUT_FILES",
+           "print_divergence", "eps_text"]
 
 
 def print_summary(s: Dict[str, Any]) -> int:
   """Prints the end of a run from its summary.json ``s``; returns the exit status (0,
-  or 128 + the signal number of an interrupted run)."""
+  128 + the signal number of an interrupted run, or 3 when it diverged and was stopped:
+  `fedjax_dp.runs.divergence`)."""
   print_result(s)
   print_privacy(s)
   return print_outputs(s)
@@ -36,27 +39,65 @@ def print_result(s: Dict[str, Any]) -> None:
         f"{s['majority_class_accuracy']:.4f}), test loss {s['final_test_loss']:.4f}")
 
 
-def print_privacy(s: Dict[str, Any]) -> None:
-  """The guarantee, what the server observes, and the algorithm's own lines."""
+#: How the main privacy line names a relation (summary.json ``relation``), per unit.
+_RELATION_WORDS = {"add_remove": "add/remove one", "replace_one": "replace one"}
+_SAMPLER_WORDS = {"poisson": "Poisson sampling", "fixed_size": "fixed-size cohorts"}
+
+
+def _g(value: float) -> str:
+  """A delta or probability, short: ``1e-3``, ``2.5e-5``, ``0.05``."""
+  if value == 0 or abs(value) >= 0.01:
+    return f"{value:.3g}"
+  mant, exp = f"{value:.2e}".split("e")
+  return f"{mant.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
+def privacy_line(s: Dict[str, Any]) -> str:
+  """The main privacy line of a private run's summary.json ``s`` (at most about 110
+  characters), e.g. ``(epsilon = 3.115, delta = 1e-3)-DP, user-level, add/remove one
+  client, Poisson sampling; accountant: RDP``. Its delta is the guarantee's
+  (``delta_total``: the accountant's plus any truncation probability, `privacy_detail`)."""
   eps = s["epsilon"]
-  eps_txt = (eps_text(eps) if math.isfinite(eps) else "inf (non-private)"
-             if s["neighboring_relation"] is None else "inf (no finite guarantee)")
+  eps_txt = eps_text(eps) if eps is not None and math.isfinite(eps) else "inf"
+  delta = s["delta_total"] if s.get("delta_total") is not None else s["delta"]
+  unit = s["privacy_unit"]
+  noun = "client" if unit == "user-level" else "record"
+  relation = _RELATION_WORDS.get(s.get("relation") or "")
+  parts = [f"(epsilon = {eps_txt}, delta = {_g(delta)})-DP", unit]
+  if relation:
+    parts.append(f"{relation} {noun}")
+  if _SAMPLER_WORDS.get(s.get("sampler") or ""):
+    parts.append(_SAMPLER_WORDS[s["sampler"]])
+  return f"{', '.join(parts)}; accountant: {str(s['accountant']).upper()}"
+
+
+def privacy_detail(s: Dict[str, Any]) -> str:
+  """The second privacy line: both accountants' epsilons, the delta split (when
+  truncation adds to it), the noise multiplier, clip norm and sampling rate."""
+  pld = "n/a" if s["epsilon_pld"] is None else eps_text(s["epsilon_pld"])
+  rdp = "n/a" if s["epsilon_rdp"] is None else eps_text(s["epsilon_rdp"])
+  out = [f"RDP {rdp}, PLD {pld}"]
+  if s.get("delta_total") not in (None, s["delta"]):
+    out.append(f"delta {_g(s['delta_total'])} = {_g(s['delta'])} (accountant) + "
+               f"{_g(s['delta_total'] - s['delta'])} (cohort truncation)")
+  if s["noise_multiplier"] is not None:
+    out.append(f"noise multiplier {s['noise_multiplier']:.4g}")
+  if s["clip_norm"] is not None:
+    out.append(f"clip norm {s['clip_norm']:g}")
+  out.append(f"sampling rate {s['sampling_rate']:.4g}")
+  return ", ".join(out)
+
+
+def print_privacy(s: Dict[str, Any]) -> None:
+  """The guarantee (`privacy_line`, `privacy_detail`), what the server observes, and
+  the algorithm's own lines; the full statement is summary.json's ``guarantee``."""
   if s["neighboring_relation"] is None:
-    print("  privacy: no guarantee is claimed (epsilon = inf)"
-          + (" : non-private baseline, no noise" if s["noise_multiplier"] is None
-             else ""))
+    print("  privacy: no guarantee is claimed (non-private"
+          + (" baseline, no noise" if s["noise_multiplier"] is None else "")
+          + "; epsilon = inf)")
   else:
-    pld = "n/a" if s["epsilon_pld"] is None else eps_text(s["epsilon_pld"])
-    delta_txt = (f"{s['delta']:g}" if s["delta_total"] in (None, s["delta"]) else
-                 f"{s['delta_total']:.4g} = {s['delta']:g} + truncation")
-    z_txt = ("" if s["noise_multiplier"] is None else
-             f"; noise multiplier {s['noise_multiplier']:.4g}")
-    clip_txt = ("" if s["clip_norm"] is None else
-                f", clip norm {s['clip_norm']:g} on {s['clipped']}")
-    print(f"  privacy: ({eps_txt}, {delta_txt})-DP, {s['privacy_unit']}, neighbouring "
-          f"relation: {s['neighboring_relation']}; accountant {s['accountant']} "
-          f"(RDP {eps_text(s['epsilon_rdp'])}, PLD {pld}){z_txt}{clip_txt}, sampling rate "
-          f"{s['sampling_rate']:.4g}")
+    print(f"  privacy: {privacy_line(s)}")
+    print(f"    accounting: {privacy_detail(s)}")
     if s.get("observed_by_server"):
       print(f"  the server observes {s['observed_by_server']}")
     if s.get("per_client_epsilon_rdp") is not None:
@@ -84,13 +125,43 @@ def print_outputs(s: Dict[str, Any]) -> int:
     print(f"  accounting: {warning}")
   out = s["config"]["out"]  # on --resume, the resumed run's folder
   if out:
-    print(f"  outputs: {out}/metrics.jsonl, summary.json, curves.png, partition.png, "
-          f"tensorboard/ (with --logger tensorboard), checkpoints/ (resume a killed run "
-          f"with --resume {out})")
+    print(f"  outputs: {output_files(out)}")
   stop = s.get("interrupted")
   if stop:
     print(f"  interrupted ({stop['signal']}) after {stop['rounds_done']} of "
           f"{stop['rounds_planned']} rounds: the summary is of the rounds in the newest "
           "checkpoint" + (f"; continue with: {stop['resume']}" if stop["resume"] else ""))
     return 128 + getattr(signal, stop["signal"])
+  return print_divergence(s)
+
+
+#: What a run may write into its folder, in the order `output_files` names them.
+OUTPUT_FILES = ("metrics.jsonl", "summary.json", "curves.png", "partition.png",
+                "tensorboard/", "mlruns/", "checkpoints/")
+
+
+def output_files(out: str) -> str:
+  """The outputs line: the files of `OUTPUT_FILES` that the run in ``out`` actually
+  wrote (e.g. no tensorboard/ with ``--logger none``), and how to resume it."""
+  import os
+  there = [f for f in OUTPUT_FILES if os.path.exists(os.path.join(out, f.rstrip("/")))]
+  if not there:
+    return f"{out} (nothing written)"
+  text = f"{out}/{there[0]}" + "".join(f", {f}" for f in there[1:])
+  if "checkpoints/" in there:
+    text += f" (resume a killed run with --resume {out})"
+  return text
+
+
+def print_divergence(s: Dict[str, Any]) -> int:
+  """The divergence line of summary.json ``s`` (`fedjax_dp.runs.divergence`); the exit
+  status: `EXIT_DIVERGED` (3) when the run was stopped by it, else 0."""
+  from fedjax_dp.runs.divergence import EXIT_DIVERGED
+  div = s.get("diverged")
+  if not div:
+    return 0
+  if div["stopped"]:
+    print(f"  DIVERGED (exit status {EXIT_DIVERGED}): {div['message']}")
+    return EXIT_DIVERGED
+  print(f"  warning: {div['message']}")
   return 0

@@ -24,6 +24,10 @@ here:
   checkpoint and can be resumed;
 * resume (`read_checkpoint`, `start_member`): members restored from their checkpoints,
   metrics.jsonl rewritten from them (`open_outputs`), ledgers and controllers replayed;
+* divergence (`fedjax_dp.runs.divergence`): after every compiled block each member's
+  new records are checked; a member that diverged stops there (its records,
+  checkpoint and summary kept, ``summary["diverged"]``) unless ``allow_divergence``,
+  while the others continue; the session ends when every member has stopped;
 * the end (`finish`): each member's final evaluation, ``summary.json`` and
   ``curves.png``.
 
@@ -37,9 +41,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import time
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import jax
 import numpy as np
@@ -48,10 +53,11 @@ from fedjax_dp.algorithms.interface import Block
 from fedjax_dp.federated import PopulationData, driver, sharding
 from fedjax_dp.federated.population import check_population
 from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
-from fedjax_dp.runs import outputs, plots
+from fedjax_dp.runs import divergence, outputs, plots
 from fedjax_dp.runs import privacy as run_privacy
 from fedjax_dp.runs.member import (METRICS_FORMAT, Member, Resumed, close, evaluators,
                                    open_outputs, read_checkpoint, start_member)
+from fedjax_dp.runs import progress as _progress
 from fedjax_dp.runs.program import Lockstep, check_blocks, check_same_structure, full_schedule
 from fedjax_dp.runs.summary import common_summary, label_summary, published_summary
 from fedjax_dp.validation import check_int
@@ -60,36 +66,14 @@ __all__ = [
     "METRICS_FORMAT", "Resumed", "read_checkpoint", "Member", "evaluators",
     "start_member", "open_outputs", "close", "Progress", "Session", "execute", "train",
     "run_blocks", "write_records", "checkpoint", "roll_back", "finish",
+    "check_divergence",
 ]
 
-class Progress:
-  """A session's tqdm bar: one member's loss, accuracy and epsilon, or several
-  members' mean test accuracy."""
+logger = logging.getLogger("fedjax_dp")
 
-  def __init__(self, members: Sequence[Member]):
-    from tqdm.auto import tqdm
-    m = members[0]
-    name = m.setup.data.name
-    desc = (f"{m.alg.name} on {name}" if len(members) == 1 else
-            f"sweep of {len(members)} {m.alg.name} runs on {name}")
-    self.bar = tqdm(total=m.planned, desc=desc, unit="round")
-    self.bar.update(m.done_before)
-
-  def update(self, members: Sequence[Member], rounds: int) -> None:
-    self.bar.update(rounds)
-    accs = [next((r["test_accuracy"] for r in reversed(m.fresh) if "test_accuracy" in r),
-                 float("nan")) for m in members]
-    if len(members) > 1:
-      accs = [a for a in accs if not np.isnan(a)]
-      if accs:
-        self.bar.set_postfix(mean_acc=f"{np.mean(accs):.3f}")
-      return
-    last = members[0].fresh[-1]
-    self.bar.set_postfix(loss=f"{last.get('train_loss', float('nan')):.3f}",
-                         acc=f"{accs[0]:.3f}", eps=f"{last.get('epsilon', float('inf')):.2f}")
-
-  def close(self) -> None:
-    self.bar.close()
+# The progress display (a tqdm bar on a terminal, plain lines elsewhere) lives in
+# `fedjax_dp.runs.progress`; `Progress` stays importable from here.
+Progress = _progress.Progress
 
 
 @dataclasses.dataclass
@@ -107,6 +91,11 @@ class Session:
     kept, kept_rounds: the programs' states and the rounds of the newest checkpoint
       (what an interrupted session keeps).
     interrupted: the signal that stopped the session, or None.
+    diverged: ``{member index: summary.json's "diverged"}`` of the members that
+      diverged (`check_divergence`).
+    frozen: ``{member index: server state}`` of the members stopped by divergence:
+      their state at the end of that block (a sweep computes their later rounds with
+      the others' but records and checkpoints none of them).
   """
   members: List[Member]
   lockstep: Lockstep
@@ -118,6 +107,8 @@ class Session:
   kept: List[Any] = dataclasses.field(default_factory=list)
   kept_rounds: int = 0
   interrupted: Optional[RunInterrupted] = None
+  diverged: Dict[int, Dict[str, Any]] = dataclasses.field(default_factory=dict)
+  frozen: Dict[int, Any] = dataclasses.field(default_factory=dict)
 
 
 def execute(members: List[Member], block_fn: Callable, first: Sequence[Optional[Block]], *,
@@ -178,10 +169,10 @@ def train(s: Session, first: Sequence[Optional[Block]]) -> Optional[RunInterrupt
       done = members[0].done_before
       blocks = check_blocks(members, first, done)  # [] when every member is done
       while blocks:
-        run_blocks(s, blocks, done)
-        done += blocks[0].rounds
-        blocks = check_blocks(
-            members, [m.controller.next_block(done, m.planned) for m in members], done)
+        done += run_blocks(s, blocks, done)
+        if len(s.frozen) == len(members):  # every member diverged and stopped
+          break
+        blocks = check_blocks(members, _next_blocks(s, done), done)
   except RunInterrupted as e:
     return e
   finally:
@@ -193,11 +184,22 @@ def train(s: Session, first: Sequence[Optional[Block]]) -> Optional[RunInterrupt
   return None
 
 
-def run_blocks(s: Session, blocks: Sequence[Block], done: int) -> None:
+def _next_blocks(s: Session, done: int) -> List[Optional[Block]]:
+  """Each member's next block after ``done`` rounds; a member stopped by divergence
+  runs along with a live member's block (its rounds are not recorded)."""
+  live = [i for i in range(len(s.members)) if i not in s.frozen]
+  blocks = {i: s.members[i].controller.next_block(done, s.members[i].planned)
+            for i in live}
+  return [blocks[i] if i in blocks else blocks[live[0]] for i in range(len(s.members))]
+
+
+def run_blocks(s: Session, blocks: Sequence[Block], done: int) -> int:
   """The members' controller blocks after ``done`` rounds (in lockstep): checked as
   `fedjax_dp.federated.driver.run_rounds` checks its arguments (before anything is
   compiled), then run in compiled blocks of ``block_size`` rounds, each with its
-  records and checkpoints as one critical section.
+  records and checkpoints as one critical section, then checked for divergence
+  (`check_divergence`). Returns the rounds run: fewer than the block's when every
+  member has stopped by divergence.
 
   Raises:
     FedJaxDpError: bad rounds, block size or evaluation interval, a schedule shorter
@@ -222,14 +224,47 @@ def run_blocks(s: Session, blocks: Sequence[Block], done: int) -> None:
     hps = [jax.tree_util.tree_map(lambda a: a[pos:pos + length], sch) for sch in schedules]
     # A signal waits for the block, its records and its checkpoints (never half of
     # them): what was computed is kept.
+    starts = [len(m.written) for m in members]
     with s.interrupts.critical():
       outs = s.lockstep.run(population, hps, eval_mask, s.eval_data)
-      for m, (metrics, evals) in zip(members, outs):
-        write_records(s, m, metrics, evals, eval_mask)
+      for i, (m, (metrics, evals)) in enumerate(zip(members, outs)):
+        if i not in s.frozen:  # a stopped member's rounds are not recorded
+          write_records(s, m, metrics, evals, eval_mask)
       pos += length
       if s.progress is not None:
         s.progress.update(members, length)
       checkpoint(s, done + pos)
+    check_divergence(s, starts, done + pos)
+    if len(s.frozen) == len(members):
+      break
+  return pos
+
+
+def check_divergence(s: Session, starts: Sequence[int], rounds_done: int) -> None:
+  """Checks each live member's records written since ``starts[i]`` (`fedjax_dp.runs.
+  divergence.detect`); a member that diverged gets ``s.diverged[i]`` (summary.json's
+  ``diverged``: ``round``, ``reason``, ``detail``, ``stopped``, ``rule``,
+  ``message``), once, and stops after this block (``s.frozen``) unless its
+  ``allow_divergence``. While training goes on (``allow_divergence``, or the other
+  members of a sweep) the message is logged as a warning (logger ``fedjax_dp``);
+  summary.json and the command's report say it at the end."""
+  for i, m in enumerate(s.members):
+    if i in s.diverged:
+      continue
+    found = divergence.detect(m.written, starts[i])
+    if found is None:
+      continue
+    stop = not m.cfg.allow_divergence
+    z = None if m.z is None else float(np.min(m.z))
+    spec = m.alg.privacy
+    text = divergence.message(found, rounds_done, z, spec.clip_norm if spec else None,
+                              m.cfg.target_epsilon, stop)
+    s.diverged[i] = dict(found, stopped=stop, rounds_done=rounds_done,
+                         rule=divergence.RULE, message=text)
+    if stop:
+      s.frozen[i] = s.lockstep.member_state(i)
+    if sharding.is_primary() and len(s.frozen) < len(s.members):  # training goes on
+      logger.warning("%s%s", f"{m.name}: " if m.name else "", text)
 
 
 def write_records(s: Session, m: Member, metrics: Any, evals: Sequence[np.ndarray],
@@ -253,7 +288,6 @@ def write_records(s: Session, m: Member, metrics: Any, evals: Sequence[np.ndarra
     rec["wall_time_s"] = wall
     m.fresh.append(rec)
     out = dict(rec)
-    out["round"] = rec["round"] + 1  # 1-based: the number of rounds completed
     out.update(m.accounting)
     out.update(m.controller.round_fields(rec))
     out = outputs.json_safe(out)
@@ -280,6 +314,8 @@ def checkpoint(s: Session, rounds_done: int) -> None:
   # A checkpoint is written whole (orbax renames it when complete).
   with s.interrupts.critical():
     for i, (m, per_client) in enumerate(zip(s.members, ledgers)):
+      if i in s.frozen:  # stopped by divergence: its newest checkpoint stays
+        continue
       if m.checkpointer is not None:
         m.checkpointer.save(rounds_done, s.lockstep.member_state(i, snapshot),
                             m.checkpoint_meta(rounds_done, per_client))
@@ -296,9 +332,9 @@ def roll_back(s: Session) -> None:
   rounds' records, metrics.jsonl rewritten to match, its ledger and controller)."""
   primary = sharding.is_primary()
   for i, m in enumerate(s.members):
-    m.state = s.lockstep.member_state(i, s.kept)
+    m.state = s.frozen[i] if i in s.frozen else s.lockstep.member_state(i, s.kept)
     del m.written[s.kept_rounds:]
-    m.records = [dict(r, round=r["round"] - 1) for r in m.written]
+    m.records = [dict(r) for r in m.written]
     if m.folder and primary:
       outputs.write_atomic(os.path.join(m.folder, "metrics.jsonl"),
                            "".join(json.dumps(m.published(r)) + "\n" for r in m.written))
@@ -318,8 +354,8 @@ def finish(s: Session, t_start: float) -> None:
     roll_back(s)
   else:
     for i, m in enumerate(members):
-      m.state = s.lockstep.member_state(i)
-      m.records = [dict(r, round=r["round"] - 1) for r in m.saved_records] + m.fresh
+      m.state = s.frozen[i] if i in s.frozen else s.lockstep.member_state(i)
+      m.records = [dict(r) for r in m.saved_records] + m.fresh
   # One program: the same function for all.
   eval_jit = jax.jit(members[0].device_evaluator.fn)
   finals = []
@@ -327,12 +363,13 @@ def finish(s: Session, t_start: float) -> None:
     values = eval_jit(m.state.params, s.eval_data)
     finals.append({k: float(v) for k, v in zip(m.device_evaluator.names, values)})
   wall = time.perf_counter() - t_start
-  for m, final in zip(members, finals):
+  for i, (m, final) in enumerate(zip(members, finals)):
     plugin = m.cfg.plugin
     summary = common_summary(m.cfg, m.setup, m.alg, m.z, m.ledger, m.records, m.written,
                              final, m.labels, m.planned, m.guarded, s.interrupted, wall)
     if s.interrupted is not None and m.resume_command and summary["interrupted"]["resume"]:
       summary["interrupted"]["resume"] = m.resume_command
+    summary["diverged"] = s.diverged.get(i)
     summary.update(plugin.summary_fields(m.alg, m.setup, m.controller, m.written))
     summary.update(m.summary_extra)
     m.summary = label_summary(summary, plugin, m.setup.data, final)

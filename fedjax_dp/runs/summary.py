@@ -2,7 +2,20 @@
 (`label_summary`, `published_summary`), and the pieces of the privacy statement they
 use: what delta is measured against (`delta_bound`, `delta_meaning`), the accounting
 warnings and the timing note. Used by the run loop (`fedjax_dp.runs.loop`) and the
-sweep (`fedjax_dp.runs.sweep`), which write one summary per configuration."""
+sweep (`fedjax_dp.runs.sweep`), which write one summary per configuration.
+
+Conventions of summary.json (strict JSON: no inf or NaN):
+
+* ``private``: whether the run claims a DP guarantee. A non-private run (``"private":
+  false``, e.g. fedavg) has no finite epsilon: ``epsilon``, ``epsilon_rdp`` and
+  ``epsilon_pld`` are ``null`` there, meaning epsilon = inf (no guarantee). A private
+  run's ``epsilon`` is a number (0 when no round ran); ``null`` only where an
+  accountant cannot say (``epsilon_pld`` of a ledger without PLD:
+  ``epsilon_pld_note``).
+* ``sampler``: ``"poisson"`` or ``"fixed_size"`` (the sampling the accounting assumes),
+  null when non-private.
+* ``diverged``: null, or how the run diverged (`fedjax_dp.runs.divergence`).
+"""
 
 from __future__ import annotations
 
@@ -28,8 +41,8 @@ if TYPE_CHECKING:  # annotations only (no import at run time)
 
 __all__ = [
     "delta_bound", "check_delta_bound", "delta_meaning", "block_rounds",
-    "wall_time_note", "accounting_warnings", "label_summary", "published_summary",
-    "common_summary",
+    "wall_time_note", "accounting_warnings", "RUN_LABELS", "label_summary",
+    "published_summary", "common_summary",
 ]
 
 
@@ -171,6 +184,16 @@ def accounting_warnings(ledger: Optional[Ledger], spec: Optional[PrivacyStatemen
   return [note] if note else []
 
 
+#: Labels of the summary fields the session adds (`fedjax_dp.runs.session.finish`).
+RUN_LABELS: Dict[str, Tuple[str, str]] = {
+    "private": (disclosure.PUBLIC, "configuration: whether a DP guarantee is claimed"),
+    "sampler": (disclosure.PUBLIC, "configuration: the sampling the accounting assumes"),
+    "diverged": (disclosure.DIAGNOSTIC, "detected from non-finite client updates and the "
+                 "losses (fedjax_dp.runs.divergence): computed from the clients' data, "
+                 "not covered by epsilon"),
+}
+
+
 def label_summary(summary: Dict[str, Any], plugin: FederatedAlgorithm, data: FederatedData,
                   final: Dict[str, float]) -> Dict[str, Any]:
   """The summary with its ``summary_disclosure`` table (every field's kind:
@@ -181,6 +204,7 @@ def label_summary(summary: Dict[str, Any], plugin: FederatedAlgorithm, data: Fed
   labels = disclosure.summary_labels_for_run(
       client_test, plugin.summary_labels,
       [f"final_test_{k}" for k in final if k not in ("loss", "accuracy")])
+  labels.update(RUN_LABELS)
   table, missing = disclosure.summary_table(
       dict(summary, summary_disclosure=None), labels)
   if missing:
@@ -231,6 +255,7 @@ def common_summary(cfg: RunConfig, setup: Setup, alg: Algorithm,
       "final_test_loss": final["loss"],
       **{f"final_test_{k}": v for k, v in final.items() if k not in ("loss", "accuracy")},
       "majority_class_accuracy": data.majority_class_accuracy(),
+      "private": spec is not None,
       "epsilon": eps,
       "epsilon_rdp": eps_rdp,
       "epsilon_pld": eps_pld,
@@ -243,6 +268,7 @@ def common_summary(cfg: RunConfig, setup: Setup, alg: Algorithm,
       "accountant": cfg.accountant,
       "privacy_unit": spec.unit if spec else "none (non-private)",
       "neighboring_relation": spec.neighboring if spec else None,
+      "sampler": getattr(spec, "sampler", None) if spec else None,
       "privacy_note": spec.note if spec else "",
       "noise_multiplier": (None if z is None else
                            float(np.min(z)) if np.ndim(z) else float(z)),

@@ -144,7 +144,7 @@ def parse_sweep_args(argv: Sequence[str], parse_run_args):
   Raises:
     FedJaxDpError: bad seeds, chunk, axis values, an axis on an option that cannot be
       one, or --distributed (a sweep runs in one process).
-    Whatever ``parse_run_args`` raises for the run options.
+    Exception: whatever ``parse_run_args`` raises for the run options.
   """
   from fedjax_dp.algorithms import registry
   from fedjax_dp.runs import sweep_resume
@@ -184,21 +184,24 @@ def parse_sweep_args(argv: Sequence[str], parse_run_args):
 def command(argv: Sequence[str], parse_run_args) -> int:
   """``fedjax-dp sweep``: parse (`parse_sweep_args` with the run parser
   ``parse_run_args``), run or resume the sweep, print the comparison table; returns
-  the exit status (0, or 128 + the signal's number when a signal stopped it, as
+  the exit status (0, 128 + the signal's number when a signal stopped it, or 3 when
+  a configuration diverged and was stopped: `fedjax_dp.runs.divergence`; as
   ``fedjax-dp run``).
 
   Raises:
     FedJaxDpError: as `parse_sweep_args` and `fedjax_dp.runs.sweep.run_sweep`, with
       where the value came from (the command line prints it as one line).
-    Whatever ``parse_run_args`` raises for the run options.
+    Exception: whatever ``parse_run_args`` raises for the run options.
   """
   from fedjax_dp.runs.sweep import run_sweep
   from fedjax_dp.runs.sweep_report import comparison_table
   argv = list(argv)
   if any(t in ("-h", "--help") for t in argv):
-    print(SWEEP_USAGE)
-    algorithm = flag_value(argv, "--algorithm")
-    parse_run_args(["--help"] + (["--algorithm", algorithm] if algorithm else []))
+    from fedjax_dp.algorithms import registry
+    from fedjax_dp.cli_help import run_help
+    print(SWEEP_USAGE, end="")
+    plugin = registry.get(flag_value(argv, "--algorithm") or registry.DEFAULT)
+    print(run_help(plugin, registry.names(), sweep=True), end="")
     return 0
   base, axes, seeds, chunk, cli_opts, where = parse_sweep_args(argv, parse_run_args)
   from fedjax_dp.federated.sharding import split_host_cpu
@@ -225,4 +228,14 @@ def command(argv: Sequence[str], parse_run_args) -> int:
           "newest checkpoint" + (f"; continue with: {stop['resume']}" if stop["resume"]
                                  else ""))
     return 128 + getattr(signal, stop["signal"])
+  from fedjax_dp.runs.divergence import EXIT_DIVERGED
+  diverged = [(m.name, m.summary["diverged"]) for m in result.members
+              if m.summary.get("diverged")]
+  for name, div in diverged:
+    print(f"  {name}: {'DIVERGED' if div['stopped'] else 'warning'}: {div['message']}")
+  if any(div["stopped"] for _, div in diverged):
+    print(f"  exit status {EXIT_DIVERGED}: {sum(d['stopped'] for _, d in diverged)} of "
+          f"{len(result.members)} configurations diverged and were stopped; the others "
+          "ran to the end")
+    return EXIT_DIVERGED
   return 0

@@ -59,7 +59,7 @@ def comparison_rows(members: Sequence[Any], axis_names: Sequence[str]
         rounds=rounds[0] if len(set(rounds)) == 1 else [min(rounds), max(rounds)],
         wall_time_s=max(m.summary.get("wall_time_s", 0.0) for m in ms),
         members=[m.name for m in ms])
-    curves = [[(r["round"] + 1, r["test_accuracy"]) for r in m.records
+    curves = [[(r["round"], r["test_accuracy"]) for r in m.records
                if r.get("test_accuracy") is not None] for m in ms]
     common = sorted(set.intersection(*(set(t for t, _ in c) for c in curves))) if curves else []
     table = np.asarray([[dict(c)[t] for t in common] for c in curves], np.float64)

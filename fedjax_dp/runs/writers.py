@@ -47,8 +47,9 @@ _log = logging.getLogger(__name__)
 LOGGERS = ("tensorboard", "wandb", "mlflow")
 
 #: How to install each writer's library (named in the error when it is missing).
-INSTALL = {"tensorboard": "pip install tensorboardX", "wandb": "pip install wandb",
-           "mlflow": "pip install mlflow-skinny"}
+INSTALL = {"tensorboard": "pip install tensorboardX",
+           "wandb": 'pip install "fedjax_dp[trackers]"',
+           "mlflow": 'pip install "fedjax_dp[trackers]"'}
 _MODULES = {"tensorboard": "tensorboardX", "wandb": "wandb", "mlflow": "mlflow"}
 
 #: Summary fields that are not final numbers (they go to the hyper-parameters or are

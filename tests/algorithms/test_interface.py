@@ -46,7 +46,7 @@ class DecayController(Controller):
   def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
     self.seen += 1
     return {"client_lr": self.alg.config["client_learning_rate"]
-            * self.decay ** (record["round"] // self.eval_every)}
+            * self.decay ** ((record["round"] - 1) // self.eval_every)}
 
 
 class Decay(FederatedAlgorithm):

@@ -81,7 +81,9 @@ def test_population_weight_total():
 
 def test_custom_weights():
   np.testing.assert_array_equal(aggregation.custom_weights([0.0, 0.5, 1.0], 3), [0, 0.5, 1])
-  for bad in ([0.5, 0.5], [0.5, 1.5, 0.0], [0.1, np.nan, 0.2], [-0.1, 0.2, 0.3]):
+  # Weights above 1 are accounted (the sensitivity scales with the largest), not refused.
+  np.testing.assert_array_equal(aggregation.custom_weights([0.5, 1.5, 0.0], 3), [0.5, 1.5, 0])
+  for bad in ([0.5, 0.5], [0.1, np.nan, 0.2], [-0.1, 0.2, 0.3]):
     with pytest.raises(FedJaxDpError, match="weights"):
       aggregation.custom_weights(bad, 3)
 

@@ -75,10 +75,10 @@ def test_blocks_equal_one_block_and_records(setup):
                            jax.tree_util.tree_map(lambda a: a[2:], schedule),
                            jax.random.key(1), rounds=4, block_size=2, block_fn=block_fn)
   _assert_states_identical(s_b, s_blocks)
-  assert [r["round"] for r in recs_b] == [2, 3, 4, 5]
+  assert [r["round"] for r in recs_b] == [3, 4, 5, 6]  # 1-based, continuing
 
   # Records: one per round, in order, with the required keys.
-  assert [r["round"] for r in recs] == list(range(rounds))
+  assert [r["round"] for r in recs] == list(range(1, rounds + 1))  # 1-based
   assert seen == recs
   for r in recs:
     assert REQUIRED_KEYS <= set(r), REQUIRED_KEYS - set(r)

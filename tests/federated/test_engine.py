@@ -90,7 +90,7 @@ def test_any_pytree_upload_is_clipped_jointly(population):
 
 def test_default_metrics():
   m = default_metrics(jnp.int32(3), train_loss=jnp.float32(1.5))
-  assert int(m.round) == 3 and float(m.train_loss) == 1.5
+  assert int(m.round) == 4 and float(m.train_loss) == 1.5  # 1-based: rounds done + 1
   assert float(m.sensitivity) == np.inf and int(m.dp_steps) == 0
   with pytest.raises(FedJaxDpError, match="unknown RoundMetrics fields"):
     default_metrics(jnp.int32(0), epsilon=1.0)

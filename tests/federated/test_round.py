@@ -74,7 +74,7 @@ def test_padded_slots_contribute_nothing(id_round):
   np.testing.assert_allclose(float(m.example_clip_fraction), 0.5, rtol=1e-6)
   assert int(m.batch_truncated) == k
   np.testing.assert_allclose(float(m.aggregate_norm), np.linalg.norm(delta), rtol=1e-5)
-  assert int(m.round) == 0 and int(new.round) == 1
+  assert int(m.round) == 1 and int(new.round) == 1  # the first round is round 1
 
 
 def test_nonfinite_client_update_zeroed_and_counted(id_round):

@@ -130,6 +130,40 @@ def test_epsilon_history_monotone_and_consistent():
     ledger.epsilon_history(start=13)
 
 
+def test_pld_epsilon_history_matches_composing_each_prefix_from_scratch():
+  """The PLD history (same method as RDP's, ``accountant="pld"``) against an independent
+  computation: dp_accounting's own PLDAccountant composing the first k rounds from
+  scratch, for several k across three runs (z = 1, 2, then 1 again), where PLD and RDP
+  give clearly different epsilons."""
+  ledger = PrivacyLedger(DELTA, pld_value_discretization_interval=COARSE)
+  ledger.record(1.0, 0.1, count=6)
+  ledger.record(2.0, 0.1, count=3)
+  ledger.record(1.0, 0.1, count=2)
+  hist = ledger.epsilon_history(accountant="pld")
+  rdp = ledger.epsilon_history()
+  assert hist.shape == (11,) and hist.dtype == np.float64
+  assert np.all(np.diff(hist) >= 0)
+  assert np.all(hist < 0.9 * rdp)  # the case where the two accountants differ
+  events = [poisson(1.0, 0.1)] * 6 + [poisson(2.0, 0.1)] * 3 + [poisson(1.0, 0.1)] * 2
+  for k in (1, 2, 6, 7, 9, 11):
+    scratch = direct_pld_epsilon([dp_accounting.SelfComposedDpEvent(e, 1)
+                                  for e in events[:k]])
+    assert hist[k - 1] == pytest.approx(scratch, rel=1e-6), k
+  assert hist[-1] == pytest.approx(ledger.epsilon(accountant="pld"), rel=1e-6)
+  assert np.array_equal(ledger.epsilon_history(start=7, accountant="pld"), hist[7:])
+  # Rounds recorded later continue the cached history.
+  ledger.record(1.0, 0.1, count=2)
+  more = ledger.epsilon_history(accountant="pld")
+  assert np.array_equal(more[:11], hist) and more.shape == (13,)
+  assert more[-1] == pytest.approx(direct_pld_epsilon(events + [poisson(1.0, 0.1)] * 2),
+                                   rel=1e-6)
+  # z = 0: inf from that round on.
+  ledger.record(0.0, 0.1)
+  assert math.isinf(ledger.epsilon_history(accountant="pld")[-1])
+  with pytest.raises(FedJaxDpError, match="accountant"):
+    ledger.epsilon_history(accountant="moments")
+
+
 def test_record_many_returns_per_round_epsilon_of_the_block():
   ledger = PrivacyLedger(DELTA)
   first = ledger.record_many([2.0, 2.0, 1.5], [0.01, 0.01, 0.01], [1, 1, 1])

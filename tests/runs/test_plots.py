@@ -76,12 +76,17 @@ def test_plot_partition_writes_a_png_and_caps_the_rows(tmp_path, make_fd):
      "accountant: eps=268.9 (RDP, delta 1e-3); paper's calibration: eps=20 (basic "
      "composition)"),
     ({"epsilon": 5.0, "accountant": "rdp", "delta": 1e-5, "epsilon_paper": 1.234,
-      "epsilon_paper_note": "the paper's Theorem 5 (note 002 Sec. 6.1's constants)"},
+      "epsilon_paper_note": "the paper's Theorem 5 (our choice of its constants)"},
      "accountant: eps=5 (RDP, delta 1e-5); paper's calibration: eps=1.234 (Theorem 5)"),
     ({"epsilon": None, "accountant": "rdp", "delta": 1e-3},
      "non-private (epsilon = inf)"),
     ({"epsilon": float("inf"), "accountant": "rdp", "delta": 1e-3,
       "epsilon_paper": float("inf")}, "non-private (epsilon = inf)"),
+    ({"private": False, "epsilon": None, "accountant": "rdp", "delta": 1e-3},
+     "non-private (epsilon = inf)"),
+    # A DP run stopped before its first block finished (e.g. during compilation).
+    ({"private": True, "rounds": 0, "epsilon": 0.0, "accountant": "rdp", "delta": 1e-3},
+     "no rounds completed (epsilon = 0)"),
 ])
 def test_epsilon_label_says_which_epsilon_is_which(summary, want):
   assert plots.epsilon_label(summary) == want
@@ -167,6 +172,28 @@ def test_compare_legend_and_label_count(two_runs, tmp_path):
 def test_identical_configs_are_labelled_by_folder():
   s = {"config": {"algorithm": "dp_fedavg", "out": "a", "seed": 0}}
   assert plots.differing_labels([s, dict(s)], names=["a", "b"]) == ["a", "b"]
+
+
+def test_a_none_that_resolves_to_the_same_value_is_no_difference():
+  """data_seed None is the run's seed: data_seed=0 and None of seed-0 runs are equal."""
+  s = {"config": {"seed": 0, "data_seed": None, "noise_multiplier": 1.0}}
+  t = {"config": {"seed": 0, "data_seed": 0, "noise_multiplier": 2.0}}
+  assert plots.differing_labels([s, t]) == ["noise_multiplier=1.0", "noise_multiplier=2.0"]
+  u = {"config": {"seed": 1, "data_seed": None, "noise_multiplier": 1.0}}
+  assert plots.differing_labels([t, u], names=["a", "b"]) == [
+      "seed=0, data_seed=0, noise_multiplier=2.0",
+      "seed=1, data_seed=1, noise_multiplier=1.0"]
+
+
+def test_curves_of_a_dp_run_without_rounds_do_not_say_non_private():
+  import matplotlib.pyplot as plt
+  summary = {"algorithm": "dp_fedavg", "dataset": "har", "private": True, "rounds": 0,
+             "epsilon": 0.0, "accountant": "rdp", "delta": 1e-3}
+  fig = plots.curves_figure([], summary)
+  texts = [t.get_text() for ax in fig.axes for t in ax.texts] + [fig._suptitle.get_text()]
+  plt.close(fig)
+  assert not any("non-private" in t for t in texts)
+  assert any("no rounds completed" in t for t in texts)
 
 
 def test_cli_plot_names_a_folder_without_run_files(tmp_path, capsys, two_runs):

@@ -270,8 +270,9 @@ def test_cli_refuses_an_unknown_logger_before_loading_data(tmp_path, capsys):
   assert not (tmp_path / "x").exists()
 
 
-@pytest.mark.parametrize("name,module,hint", [("wandb", "wandb", "pip install wandb"),
-                                              ("mlflow", "mlflow", "pip install mlflow-skinny")])
+@pytest.mark.parametrize("name,module,hint", [
+    ("wandb", "wandb", 'pip install "fedjax_dp[trackers]"'),
+    ("mlflow", "mlflow", 'pip install "fedjax_dp[trackers]"')])
 def test_missing_library_names_its_pip_install(tmp_path, monkeypatch, name, module, hint):
   monkeypatch.setitem(sys.modules, module, None)  # `import module` raises ImportError
   with pytest.raises(FedJaxDpError) as e:

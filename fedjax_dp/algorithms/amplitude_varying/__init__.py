@@ -1,4 +1,4 @@
-"""Amplitude-varying perturbation (paper 004): Yuan, Ni, Ding, Wei, Li, Poor,
+"""Amplitude-varying perturbation: Yuan, Ni, Ding, Wei, Li, Poor,
 "Amplitude-Varying Perturbation for Balancing Privacy and Utility in Federated
 Learning", with the primitives only this paper uses.
 

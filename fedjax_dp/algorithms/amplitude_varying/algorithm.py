@@ -1,7 +1,6 @@
 """Amplitude-varying perturbation: Algorithm 1 of Yuan, Ni, Ding, Wei, Li, Poor,
 "Amplitude-Varying Perturbation for Balancing Privacy and Utility in Federated Learning"
-(paper 004; equation numbers are the paper's; the implementation note is
-../shared/papers/notes/004_befa41a04849ccd9.md).
+(IEEE TIFS 2023; equation numbers are the paper's).
 
 Per round m = 1..M (Algorithm 1, note section 2.5):
 
@@ -28,7 +27,7 @@ sender's p_k (eq. 4), so it sees every upload with its sender (observation
 Each round is ``VisibleParticipationDpEvent(K/U, GaussianDpEvent(sigma_m / Delta))``
 (`fedjax_dp.privacy.events`: the example's upload is a Gaussian release in the rounds
 its client takes part in and the other rounds reveal nothing of it; exact, RDP and PLD)
-with Delta the sensitivity of a client's trained model. (Until issue 30 it was
+with Delta the sensitivity of a client's trained model. (Earlier versions
 accounted as ``SampledWithoutReplacementDpEvent(U, K, ...)``, an amplification the
 visible sender does not allow.) Which Delta?
 
@@ -190,7 +189,7 @@ def _noise_schedule(mechanism: str, model, eps: float, delta: float, q: float,
     return schedules.geometric_schedule(eps, delta, q, delta_s, vartheta, rounds)
   if mechanism == "laplace":                                        # "Lap", constant
     gauss = schedules.initial_amplitude(eps, delta, q, delta_s, 1.0, rounds)
-    # Pure DP needs the L1 sensitivity: sqrt(P) times the L2 one (issue 30).
+    # Pure DP needs the L1 sensitivity: sqrt(P) times the L2 one.
     dim = sum(int(np.size(l)) for l in jax.tree_util.tree_leaves(
         jax.eval_shape(model.init, jax.random.key(0))))
     b = schedules.laplace_scale(eps, math.sqrt(dim) * delta_s, rounds, laplace_mode, gauss)
@@ -210,8 +209,8 @@ def _privacy_statement(sampler: FixedSizeSampler, config: RoundConfig, c: float,
       population_size=u, cohort_size=k, clip_norm=c,
       observation=round_observation(config),  # p_k needs each sender
       clipped="each client's parameters after every local step (C)",
-      note=(f"paper 004: noise N(0, Theta(m) I) on each sampled client's model; the "
-            f"guarantee uses the sensitivity the code enforces, Delta = "
+      note=(f"amplitude-varying perturbation: noise N(0, Theta(m) I) on each sampled "
+            f"client's model; the guarantee uses the sensitivity the code enforces, Delta = "
             f"{sens.guarantee:.4g} ("
             + ("2C, the parameter ball" if sensitivity_mode == "paper" else
                "clipped per-example gradients") + "); "
@@ -259,7 +258,7 @@ class OnlineRefinement:
   When the test loss stops decreasing (``L_m >= L_{m-1}``), at the next aggregation the
   horizon becomes ``M' = ceil(alpha_d M_cur)`` and the base amplitude is recomputed with
   `schedules.refined_amplitude` (``mode="paper"``: eq. (9) as printed;
-  ``"exact_budget"``: the note's variant that never exceeds the budget). Training stops
+  ``"exact_budget"``: our variant that never exceeds the budget). Training stops
   when ``M'`` does not exceed the rounds already run. Host-side and data-dependent.
 
   Attributes:
@@ -279,7 +278,7 @@ class NoiseController:
   """Host-side choice of each round's sigma_m, with optional online refinement.
 
   Without refinement it reads the planned schedule (eqs. 6 and 8). With an
-  `OnlineRefinement` it follows the note's reconstruction of Theorem 2 (section 2.9):
+  `OnlineRefinement` it follows our reconstruction of Theorem 2 (Sec. III-D, Appendix B):
   a test loss that does not decrease marks the next aggregation, where the horizon
   becomes ``M' = ceil(alpha_d M_cur)`` and sigma is recomputed (eq. 9); training stops
   when ``M'`` does not exceed the rounds already run.

@@ -1,4 +1,4 @@
-"""Canary-audit targets of paper 004's amplitude-varying DP-FL: its worlds and
+"""Canary-audit targets of amplitude-varying perturbation: its worlds and
 deliberate breaks (``fedjax-dp audit --algorithm amplitude_varying``), returned by
 `AmplitudeVarying.audit_targets` and collected by `fedjax_dp.algorithms.audit_targets`.
 The shared pieces (`Target`, the delta, the common breaks, the replace-one worlds) are
@@ -6,9 +6,8 @@ The shared pieces (`Target`, the delta, the common breaks, the replace-one world
 
 Real local training, the canary is one example. The breaks besides the common ones:
 ``paper-sensitivity`` (accounted with the paper's assumed sensitivity 2C/|D_k|, which
-unclipped local training does not enforce, issue 13, 1c) and ``amplified-claim`` (each
-model upload, seen with its sender, accounted with amplification by sampling, issue 30,
-F1).
+unclipped local training does not enforce) and ``amplified-claim`` (each
+model upload, seen with its sender, accounted with amplification by sampling).
 """
 
 from __future__ import annotations
@@ -73,7 +72,7 @@ def _amplitude_varying_setup(brk: str, mode: str, epsilon: float, clients: int,
 
 
 def targets() -> List[Target]:
-  """Paper 004's audit targets."""
+  """Amplitude-varying perturbation's audit targets."""
   return [
     Target("amplitude_varying/paper", "amplitude_varying",
            "record-level, replace-one, K of U without replacement, sensitivity 2C",

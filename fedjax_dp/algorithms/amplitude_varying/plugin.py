@@ -1,6 +1,6 @@
-"""Paper 004 in ``fedjax-dp run``: its options, its host-side noise controller (the
-geometric schedule, or online refinement that reacts to the test loss) and its own
-epsilon beside the accountant's."""
+"""Amplitude-varying perturbation in ``fedjax-dp run``: its options, its host-side noise
+controller (the geometric schedule, or online refinement that reacts to the test loss)
+and its own epsilon beside the accountant's."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ __all__ = ["AmplitudeVaryingOptions", "ScheduleController", "AmplitudeVarying"]
 
 @dataclasses.dataclass
 class AmplitudeVaryingOptions(SensitivityOptions):
-  """Yuan et al. (paper 004): geometric noise variance on each sampled client's model."""
+  """Yuan et al. (IEEE TIFS 2023): geometric noise variance on each sampled client's model."""
   epsilon: float = 10.0
   """the epsilon its eq. (8) calibrates the noise schedule for"""
   vartheta: float = 1.0
@@ -87,10 +87,10 @@ class ScheduleController(Controller):
 
 
 class AmplitudeVarying(FederatedAlgorithm):
-  """Paper 004 (`amplitude_varying`)."""
+  """Amplitude-varying perturbation (`amplitude_varying`)."""
   name = "amplitude_varying"
-  description = ("paper 004 (Yuan et al.): geometric noise variance on each sampled "
-                 "client's model")
+  description = ("amplitude-varying perturbation (Yuan et al. 2023): geometric noise "
+                 "variance on each sampled client's model")
   Options = AmplitudeVaryingOptions
   default_dataset = "fashion_mnist"
   function = staticmethod(amplitude_varying)
@@ -183,7 +183,7 @@ class AmplitudeVarying(FederatedAlgorithm):
       out["mechanism_note"] = (
           "Laplace baseline ('Lap'): every client's parameters were clipped to C and "
           "Laplace noise of the constant std noise_stddevs added to every upload; its "
-          f"calibration ({c['laplace_mode']}) is the implementation note's, with the L1 "
+          f"calibration ({c['laplace_mode']}) is our reconstruction, with the L1 "
           "sensitivity sqrt(P) Delta_s for pure_dp_split; the ledger accounts Gaussian "
           "noise only, so no guarantee is claimed" if c["mechanism"] == "laplace" else
           "no noise (the paper's 'no DP'): parameters clipped to C, no guarantee")
@@ -198,11 +198,11 @@ class AmplitudeVarying(FederatedAlgorithm):
     if s.get("epsilon_paper") is None:
       return []
     exact = s["epsilon_paper_exact_moment_bound"]
-    return [f"paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
+    return [f"the paper's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
             f"{s['epsilon_paper_target']:g}; its moment bound minimised exactly: "
             f"{exact:.3f}); the guarantee above is what the code enforces"
             if exact is not None and math.isfinite(exact) else
-            f"paper 004's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
+            f"the paper's own accounting: epsilon {s['epsilon_paper']:.3f} (target "
             f"{s['epsilon_paper_target']:g}); the guarantee above is what the code "
             "enforces"]
 

@@ -1,7 +1,7 @@
 """Per-round noise schedules as data, and the amplitude-varying calibration of
 Yuan, Ni, Ding, Wei, Li, Poor, "Amplitude-Varying Perturbation for Balancing Privacy and
-Utility in Federated Learning" (paper 004 in ../shared/papers; equation numbers below are
-the paper's).
+Utility in Federated Learning" (IEEE TIFS 2023; equation numbers below are the
+paper's).
 
 A schedule is a float array ``[M]`` of per-round noise standard deviations sigma_m (or
 variances Theta(m) = sigma_m^2). The compiled round reads sigma_m from that array, so
@@ -12,7 +12,7 @@ bound in which round m costs ``q lambda (lambda + 1) Delta_s^2 / (2 Theta(m))``.
 "privacy load" ``R = q Delta_s^2 sum_m 1 / Theta(m)`` it certifies
 ``epsilon_paper = sqrt(2 R ln(1/delta))``; equivalently a schedule meets (epsilon,
 delta) iff ``sum_m 1/Theta(m) <= B = epsilon^2 / (2 q Delta_s^2 ln(1/delta))`` (the
-budget invariant; the implementation note, section 2.8). Eq. (8) is the geometric
+budget invariant; our reading of Appendix A, eqs. 15-27). Eq. (8) is the geometric
 schedule that spends exactly B. The paper drops terms when it minimises over lambda:
 its own bound gives ``R/2 + sqrt(2 R ln(1/delta))`` (`paper_epsilon_exact`), and a
 standard RDP accountant gives more again for strongly varying schedules. Use the
@@ -76,7 +76,8 @@ def geometric_sum(vartheta: float, rounds: int) -> float:
 def noise_budget(epsilon: float, delta: float, sampling_rate: float,
                  sensitivity: float) -> float:
   """``B = epsilon^2 / (2 q Delta_s^2 ln(1/delta))``: the largest ``sum_m 1/Theta(m)``
-  (units 1/parameter^2) the paper's rule allows (note, section 2.8; equivalent to eq. 8).
+  (units 1/parameter^2) the paper's rule allows (our reading of Appendix A; equivalent to
+  eq. 8).
 
   Raises:
     FedJaxDpError: invalid epsilon, delta, sampling rate or sensitivity.
@@ -163,7 +164,7 @@ def paper_epsilon(stddevs: Sequence[float], sampling_rate: float, sensitivity: f
 def paper_epsilon_exact(stddevs: Sequence[float], sampling_rate: float,
                         sensitivity: float, delta: float) -> float:
   """The exact minimum over lambda of the paper's own moment bound (eq. 16):
-  ``R/2 + sqrt(2 R ln(1/delta))`` (note, section 2.8, caveat 1; the paper drops R/2)."""
+  ``R/2 + sqrt(2 R ln(1/delta))`` (the paper drops R/2)."""
   r = privacy_load(stddevs, sampling_rate, sensitivity)
   return r / 2.0 + math.sqrt(2.0 * r * math.log(1.0 / check_delta(delta)))
 
@@ -181,9 +182,9 @@ def refined_amplitude(epsilon: float, delta: float, sampling_rate: float,
   ``X = S(vartheta, m) + M' - m`` (vartheta > 1), ``M'`` (vartheta = 1), or
   ``(vartheta^(1-m) - vartheta + vartheta^(m-M')) / (1 - vartheta)`` (vartheta < 1).
   For vartheta > 1 it can raise the noise and for vartheta < 1 it under-counts the
-  remaining rounds (note, section 2.9).
+  remaining rounds.
 
-  ``mode="exact_budget"`` (the note's budget-respecting variant) spends what is left of
+  ``mode="exact_budget"`` (our budget-respecting variant) spends what is left of
   B exactly: ``sigma'^2 = sum_{n=m+1}^{M'} vartheta^-(n-1) / (B - sum_{n<=m} 1/sigma_n^2)``
   with the standard deviations ``spent_stddevs`` actually used, so that
   ``sum_n 1/Theta(n) = B`` over all ``M'`` rounds.
@@ -222,8 +223,8 @@ def laplace_scale(epsilon: float, sensitivity: float, rounds: int,
                   mode: str = "pure_dp_split",
                   gaussian_sigma: Optional[float] = None) -> float:
   """Per-coordinate scale b of the paper's constant-variance Laplace baseline ("Lap";
-  its reference [40] is missing from the text, so the calibration is the note's
-  recommendation, section 9 item 12).
+  its reference [40] is missing from the text, so the calibration is our
+  choice).
 
   ``"pure_dp_split"``: ``b = M Delta_1 / epsilon`` (basic composition of M rounds of
   (epsilon/M)-DP of the Laplace mechanism, Dwork and Roth 2014, Thm. 3.6), where

@@ -509,7 +509,7 @@ def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
     per_example_method: ``"auto"`` (default), ``"ghost"`` or ``"vmap"``: how the
       per-example clipped gradients are computed
       (`fedjax_dp.privacy.per_example.clipped_grad_sum`; the same numbers either way).
-    Other arguments as in `dp_fedavg`.
+    others: the other arguments are as in `dp_fedavg`.
 
   Returns:
     An `Algorithm` whose rounds report ``dp_steps = local DP-SGD steps``.

@@ -6,12 +6,12 @@ common breaks) are `fedjax_dp.algorithms.audit_common`'s.
 
 The breaks besides the common ones: ``noise-off``, ``no-clip`` (no noise / no clipping,
 claim unchanged); ``fixed-size-z`` (fixed-size cohorts accounted with ``std / C``
-instead of the replace-one ``std / 2C``, issue 13, 1a); ``min-over-sampled`` (per-client
+instead of the replace-one ``std / 2C``); ``min-over-sampled`` (per-client
 noise multipliers reported as the smallest over the clients sampled in the round, and
-rounds without them composed as nothing, 1b); ``amplified-claim`` (uploads seen with
-their senders accounted with amplification by sampling, issue 30, F1);
+rounds without them composed as nothing); ``amplified-claim`` (uploads seen with
+their senders accounted with amplification by sampling);
 ``count-denominators`` (record level: local DP-SGD divided by the client's own
-``q n_k``, empty clients skipping their steps, 1d).
+``q n_k``, empty clients skipping their steps).
 """
 
 from __future__ import annotations

@@ -32,14 +32,15 @@ __all__ = ["DpFedAvgOptions", "ADAPTIVE_OPTIONS", "ADAPTIVE_DEFAULTS",
 
 @dataclasses.dataclass
 class DpFedAvgOptions(FederatedOptions):
-  """User-level DP: each client's update clipped to S, Gaussian noise z S."""
+  """User-level DP: each client's update clipped to the clip norm C, Gaussian noise of
+  std z C."""
   clip_norm: Union[float, Literal["adaptive"]] = 0.5
-  """S: L2 bound of each client's update (parameter units), or adaptive: a clip norm
-  that tracks the --target-quantile of the update norms, estimated privately (Andrew et
-  al. 2021; the noise multiplier is then the combined release's)"""
+  """clip norm C: L2 bound of each client's update (parameter units), or adaptive: a
+  clip norm that tracks the --target-quantile of the update norms, estimated privately
+  (Andrew et al. 2021; the noise multiplier is then the combined release's)"""
   noise_multiplier: Optional[float] = None
-  """z: noise std = z * S (default: 2.0; with --target-epsilon alone, z is calibrated so
-  that --rounds rounds spend it)"""
+  """noise multiplier z: noise std = z * C (default: 2.0; with --target-epsilon alone,
+  z is calibrated so that --rounds rounds spend it)"""
   noise_placement: Literal["central", "local"] = "central"
   """central: one Gaussian draw on the aggregate; local: every sampled client noises its
   own clipped update (accounted under zero-out for Poisson cohorts)"""

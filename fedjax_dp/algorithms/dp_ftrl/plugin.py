@@ -25,7 +25,7 @@ from fedjax_dp.algorithms.dp_ftrl.noise import Strategy
 from fedjax_dp.algorithms.interface import TINY_SYNTHETIC_RUN
 from fedjax_dp.algorithms.interface import (Controller, FederatedAlgorithm, SmokeConfig,
                                             check_choices)
-from fedjax_dp.algorithms.options import ClientOptimizer, ServerOptimizer
+from fedjax_dp.algorithms.options import ClientOptimizer, ServerOptimizer, check_local_work
 from fedjax_dp.privacy import disclosure
 from fedjax_dp.validation import (FedJaxDpError, check_int, check_non_negative,
                                   check_positive, check_probability)
@@ -46,10 +46,11 @@ class DpFtrlOptions:
   """tree (DP-FTRL, Kairouz et al. 2021), banded (banded matrix factorisation,
   Choquette-Choo et al. 2023) or independent (i.i.d. noise, the same participation)"""
   clip_norm: float = 0.5
-  """S: L2 bound of each client's update (parameter units)"""
+  """clip norm C: L2 bound of each client's update (parameter units)"""
   noise_multiplier: Optional[float] = None
-  """z: the i.i.d. Gaussian draws behind the correlated noise have std z * S (default:
-  2.0; with --target-epsilon alone, z is calibrated so that --rounds rounds spend it)"""
+  """noise multiplier z: the i.i.d. Gaussian draws behind the correlated noise have
+  std z * C (default: 2.0; with --target-epsilon alone, z is calibrated so that --rounds
+  rounds spend it)"""
   clients_per_round: Optional[int] = None
   """expected cohort N * group_rate / R that sets the default cycle length R (default: a
   tenth of the clients; exclusive with --cycle-length)"""
@@ -71,7 +72,7 @@ class DpFtrlOptions:
   local_epochs: Optional[int] = 1
   """local epochs E per round"""
   local_steps: Optional[int] = None
-  """local steps per round (replaces --local-epochs)"""
+  """local steps per round, instead of --local-epochs (give only one of the two)"""
   batch_size: int = 16
   """local minibatch size"""
   client_optimizer: ClientOptimizer = "sgd"
@@ -83,7 +84,7 @@ class DpFtrlOptions:
   server_learning_rate: Annotated[float, tyro.conf.arg(aliases=("--server-lr",))] = 0.05
   """server learning rate"""
 
-  EXCLUSIVE = (("clients_per_round", "cycle_length"),)
+  EXCLUSIVE = (("clients_per_round", "cycle_length"), ("local_epochs", "local_steps"))
 
 
 class DpFtrlController(Controller):
@@ -100,7 +101,7 @@ class DpFtrlController(Controller):
 
   def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
     s2 = self.sensitivity_squared
-    t = int(record["round"])  # 0-based
+    t = int(record["round"]) - 1  # 0-based index of the 1-based round
     return dict(self.fields, ftrl_sensitivity_squared=(
         None if s2 is None or t >= s2.size else float(s2[t])))
 
@@ -159,6 +160,7 @@ class DpFtrl(FederatedAlgorithm):
         check_int(name, getattr(options, name), minimum=1)
     if options.group_seed is not None:
       check_int("group_seed", options.group_seed, minimum=0)
+    check_local_work(options.local_epochs, options.local_steps)
     if options.local_steps is not None:
       check_int("local_steps", options.local_steps, minimum=1)
     elif options.local_epochs is not None:

@@ -1,4 +1,5 @@
-"""Paper 002 (Hu, Guo, Li, Pei, Gong): DP-MOCHA, personalised federated multi-task SVMs
+"""DP-MOCHA (Hu, Guo, Li, Pei, Gong, "Personalized Federated Learning With Differential
+Privacy", IEEE Internet of Things Journal 2020): personalised federated multi-task SVMs
 with differentially private uploads under stragglers and dropped devices.
 
 Modules: `objective` (P, D, gap, eq. 6), `sdca` (eq. 7's local solver), `server`

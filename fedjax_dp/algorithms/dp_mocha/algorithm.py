@@ -1,5 +1,5 @@
-"""DP-MOCHA, Algorithm 1 of paper 002 (Hu, Guo, Li, Pei, Gong), as note 002 Sec. 4.5
-reconstructs its garbled lines: personalised federated multi-task linear SVMs, one model
+"""DP-MOCHA (Hu et al. 2020): Algorithm 1, with its garbled lines 11-14 as we
+reconstruct them: personalised federated multi-task linear SVMs, one model
 per device, a learned task covariance Omega, SDCA local solvers and Gaussian noise on
 the devices' dual steps and uploads.
 
@@ -7,7 +7,7 @@ One global round (``round_fn``; state: ``ServerState(params={"w": W [m, d]},
 opt_state=MochaState(alpha, omega, u), round)``):
 
   (start of outer iteration h > 1)  Omega <- (W^T W)^{1/2} / tr(.)          line 13, eq. 3
-                                    W <- Omega~ u / (2 lam)  (resync, note Sec. 14.5)
+                                    W <- Omega~ u / (2 lam)  (resync, our addition)
   every device t in parallel:
     n_iter_t ~ U[(1 - tau) n_min, n_min];  active_t ~ Bernoulli(1 - P)      Sec. VII-A
     dalpha_t <- SDCA on G_t^beta(. ; w_t, alpha_t), n_iter_t steps          line 4, eq. 7
@@ -73,11 +73,12 @@ class DpMochaConfig:
 
   Attributes:
     lam: regularisation lambda > 0 of eq. (1) (sum-of-losses normalisation).
-    xi: aggregation parameter in (0, 1] (not given by the paper; note 14.1: 0.5).
+    xi: aggregation parameter in (0, 1] (not given by the paper; our choice 0.5
+      maximises (1 - xi) xi).
     inner_rounds: K, global rounds per outer iteration (Omega is updated every K).
     s2_mode: one of `mechanism.S2_MODES`.
-    resync: re-synchronise W = Omega~ u / (2 lam) after every Omega update (note 14.5;
-      False: Algorithm 1 literally, W keeps its increments).
+    resync: re-synchronise W = Omega~ u / (2 lam) after every Omega update (our
+      addition; False: Algorithm 1 literally, W keeps its increments).
     update_omega: learn Omega (False: Omega stays I / m; the devices' problems are then
       independent: local SVMs).
   """

@@ -1,4 +1,4 @@
-"""Canary-audit targets of DP-MOCHA (paper 002): its worlds, observers and deliberate
+"""Canary-audit targets of DP-MOCHA (Hu et al. 2020): its worlds, observers and deliberate
 breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 --algorithm dp_mocha``). The shared pieces (`Target`, the delta, the common breaks) are
 `fedjax_dp.algorithms.audit_common`'s."""
@@ -23,7 +23,7 @@ PARAMS: Dict[str, Dict[str, Any]] = {
 }
 
 # ---------------------------------------------------------------------------
-# Paper 002: DP-MOCHA, the canary is the single record of one device.
+# DP-MOCHA: the canary is the single record of one device.
 # ---------------------------------------------------------------------------
 
 def _dp_mocha_observer(round_fn: Callable, canary: int, direction: np.ndarray) -> Callable:
@@ -116,7 +116,7 @@ def _dp_mocha_setup(brk: str, devices: int, lam: float, xi: float, sigma1: float
 
 
 def targets() -> List[Target]:
-  """DP-MOCHA (paper 002)'s audit targets."""
+  """DP-MOCHA's audit targets."""
   return [
     Target("dp_mocha", "dp_mocha",
            "record-level, replace-one record of one device, every device every round, "

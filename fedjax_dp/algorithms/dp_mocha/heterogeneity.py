@@ -1,10 +1,11 @@
-"""Systems heterogeneity of paper 002 (Sec. IV-B end, V, VII-A), drawn inside the
-compiled round from arrays, so sweeps over tau and the drop probability never recompile.
+"""Systems heterogeneity of DP-MOCHA (Hu et al. 2020, Sec. IV-B end, V, VII-A), drawn
+inside the compiled round from arrays, so sweeps over tau and the drop probability
+never recompile.
 
 * Device variability tau in [0, 1]: each device runs n_iter ~ U[(1 - tau) n_min, n_min]
   local SDCA steps, uniform on the integers of that range and redrawn every round for
-  every device (note 002 Sec. 14.11; tau = 0 gives n_min everywhere, the homogeneous
-  scenario); n_min = min_t n_t.
+  every device (our reading of Sec. VII-A; tau = 0 gives n_min everywhere, the
+  homogeneous scenario); n_min = min_t n_t.
 * Node dropping: each device drops in each round independently with probability P
   (theta_t^k = 1: no upload, no progress, no privacy spent).
 """
@@ -37,7 +38,8 @@ def active_devices(key: jax.Array, num_devices: int, drop_probability) -> jax.Ar
 
 def expected_sampling_rate(n_min: int, counts, tau: float):
   """The paper's data sampling rate at the expected step count:
-  q_t = (1 - tau / 2) n_min / n_t (note 002 Sec. 14.8; the integer draws'
-  mean is within half a step of it), float64 ``[m]`` (numpy)."""
+  q_t = (1 - tau / 2) n_min / n_t (our choice: the paper does not say which step
+  count q uses; the integer draws' mean is within half a step of it),
+  float64 ``[m]`` (numpy)."""
   import numpy as np
   return (1.0 - tau / 2.0) * n_min / np.asarray(counts, np.float64)

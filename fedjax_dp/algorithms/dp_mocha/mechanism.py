@@ -1,5 +1,5 @@
-"""DP-MOCHA's two Gaussian mechanisms (paper 002, Algorithm 1 lines 6-7, Corollaries 2-3)
-and what each provably bounds.
+"""DP-MOCHA's two Gaussian mechanisms (Hu et al. 2020, Algorithm 1 lines 6-7,
+Corollaries 2-3) and what each provably bounds.
 
 Every round, each active device t
 
@@ -12,10 +12,11 @@ known"). Only du_t leaves the device; accounting treats dalpha~_t as released to
 (conservative), so line 7 is a Gaussian mechanism *given* line 6's output.
 
 Privacy unit: one sample of one device (record-level DP on each device's data, each
-device accounted separately; note 002 Sec. 14.18), replace-one neighbours with
-||x|| <= 1.
+device accounted separately; our reading: the paper does not state its unit),
+replace-one neighbours with ||x|| <= 1.
 
-``s2_mode`` (note 002 Sec. 14.6):
+``s2_mode`` (Corollary 3's s2 depends on the data, so it is not a DP sensitivity as
+stated; our three readings):
   * ``noisy_l2`` (default, the paper read literally): s2 = 2 xi ||dalpha~_t||_2 from the
     noisy dual step, a function of line 6's output. Given dalpha~, replacing sample i
     moves xi X_t dalpha~ by xi |dalpha~_i| ||x_i - x_i'|| <= 2 xi ||dalpha~||_inf

@@ -1,4 +1,4 @@
-"""The federated multi-task SVM objective of DP-MOCHA (paper 002, Hu et al., Sec. III-IV):
+"""The federated multi-task SVM objective of DP-MOCHA (Hu et al. 2020, Sec. III-IV):
 hinge loss, the primal P(W, Omega) (eq. 1/4), the dual D(alpha) (eq. 5), the primal-dual
 map (eq. 6), the duality gap, and the per-device test error.
 
@@ -15,7 +15,7 @@ X_t in R^{d x n_t} (a column per sample) is stored row-wise and padded,
 
 The loss is a SUM over samples (not a per-task mean) and the regulariser is
 ``lam * tr(W Omega^{-1} W^T)``, as the paper writes eq. (1); MOCHA's code uses per-task
-means and ``lam/2`` (note 002, Sec. 14.12).
+means and ``lam/2``.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def duality_gap(alpha: Array, omega: Array, x: Array, y: Array, mask: Array, lam
 
 def predict(w: Array, x: Array) -> Array:
   """sign(w_t^T x) in {-1, +1} for ``x`` ``[m, n, d]``, with sign(0) = -1 (the majority
-  class "not sitting"; note 002 Sec. 14.14, so w = 0 is not counted as all wrong)."""
+  class "not sitting"; our choice, so w = 0 is not counted as all wrong)."""
   return jnp.where(jnp.einsum("tnd,td->tn", x, w) > 0, 1.0, -1.0)
 
 

@@ -1,11 +1,13 @@
-"""The paper's privacy calibration, as written (paper 002, Sec. VI), labelled as the
-paper's: the classical Gaussian mechanism, Lemma 4, Corollary 4's moments bound and
-Theorem 5 with the explicit constants of note 002 Sec. 6.1.
+"""The paper's privacy calibration, as written (DP-MOCHA, Hu et al. 2020, Sec. VI),
+labelled as the paper's: the classical Gaussian mechanism, Lemma 4, Corollary 4's moments
+bound and Theorem 5 with our choice of Theorem 5's constants (the paper does not state
+them).
 
 These formulas treat the SDCA coordinate draws as sampling at rate q = n_iter / n_t and
 the active probability p = 1 - P(drop) as an amplification factor, and they rely on
 Corollary 2's sensitivity; none of the three is backed by a standard accountant for
-this mechanism (note 002 Sec. 6.1, 14.9, and `fedjax_dp.algorithms.dp_mocha.mechanism`).
+this mechanism (the server sees which devices upload, and on HAR q is far above
+Corollary 4's q < 1 / (16 sigma1); see `fedjax_dp.algorithms.dp_mocha.mechanism`).
 A run reports their epsilon as ``epsilon_paper`` next to the ledger's.
 """
 
@@ -44,7 +46,7 @@ def lemma4_epsilon(q: float, epsilon1: float, epsilon2: float) -> float:
 
 
 class PaperSigmas(NamedTuple):
-  """Theorem 5's noise multipliers for one device (note 002 Sec. 6.1's constants).
+  """Theorem 5's noise multipliers for one device (our choice of Theorem 5's constants).
 
   Attributes:
     sigma1, sigma2: noise multipliers of lines 6 and 7 (std / s1, std / s2).
@@ -65,7 +67,8 @@ class PaperSigmas(NamedTuple):
 
 def theorem5_sigmas(epsilon: float, delta: float, q: float, p: float, rounds: int,
                     r: float = 1.0) -> PaperSigmas:
-  """Theorem 5 with c2 = sqrt(2 ln(1.25/delta) / ln(1/delta)) (note 002 Sec. 6.1):
+  """Theorem 5 with c2 = sqrt(2 ln(1.25/delta) / ln(1/delta)) (our choice of Theorem 5's
+  constants):
 
     eps_bar = epsilon / (p sqrt(K)),  eps1 = eps_bar / sqrt(q^2 + r^2),  eps2 = r eps1,
     sigma_i = sqrt(2 ln(1.25 / delta)) / eps_i,

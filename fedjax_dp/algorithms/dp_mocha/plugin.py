@@ -1,4 +1,4 @@
-"""Paper 002 (DP-MOCHA) in ``fedjax-dp run``: its options, the binary per-device task
+"""DP-MOCHA (Hu et al. 2020) in ``fedjax-dp run``: its options, the binary per-device task
 on unit-norm rows, personalised per-device evaluation, the paper's calibration
 (Theorem 5) and its epsilon beside the per-device ledgers'."""
 
@@ -25,7 +25,8 @@ from fedjax_dp.validation import (FedJaxDpError, check_delta, check_epsilon, che
                                   check_positive, check_probability)
 
 __all__ = ["Calibration", "Mechanism", "CalibrationRounds", "CALIBRATIONS", "MECHANISMS",
-           "CALIBRATION_ROUNDS", "DpMochaOptions", "DpMocha", "accountant_sigma1"]
+           "CALIBRATION_ROUNDS", "DpMochaOptions", "DpMocha", "accountant_sigma1",
+           "inner_rounds", "outer_iterations"]
 
 #: The choices of `DpMochaOptions`' fields of these types (the tuples: their values).
 Calibration = Literal["paper", "accountant"]
@@ -38,13 +39,13 @@ CALIBRATION_ROUNDS: Tuple[str, ...] = get_args(CalibrationRounds)
 
 @dataclasses.dataclass
 class DpMochaOptions:
-  """Hu et al. (paper 002): federated multi-task SVMs (MOCHA) with Gaussian noise on the
-  devices' dual steps and uploads."""
+  """DP-MOCHA (Hu et al. 2020): federated multi-task SVMs (MOCHA) with Gaussian noise
+  on the devices' dual steps and uploads."""
   epsilon: float = 8.0
   """the paper's target epsilon per device (Figs. 2-4: 8); sigma1, sigma2 are calibrated
   to it by --calibration (the run's delta is the paper's delta, default 1e-3)"""
   calibration: Calibration = "paper"
-  """paper (Theorem 5 with note 002 Sec. 6.1's constants: sampling rate q and active
+  """paper (Theorem 5 with our choice of Theorem 5's constants: sampling rate q and active
   probability p) or accountant (RDP of the releases with the paper's sensitivities s1,
   s2, no amplification, bisection on sigma)"""
   calibration_rounds: CalibrationRounds = "total"
@@ -58,8 +59,9 @@ class DpMochaOptions:
   xi: float = 0.5
   """aggregation parameter xi in (0, 1] (not given; 0.5 maximises (1 - xi) xi)"""
   outer_rounds: int = 10
-  """H: Omega is updated every --rounds / H global rounds (the paper: H = 10, K = 2000,
-  i.e. --rounds 20000)"""
+  """H: Omega is updated every K = ceil(--rounds / H) global rounds (the paper: H = 10,
+  K = 2000, i.e. --rounds 20000); when H does not divide --rounds the last outer
+  iteration is shorter, and there are ceil(--rounds / K) of them"""
   tau: float = 0.0
   """device variability: local steps ~ U[(1 - tau) n_min, n_min]"""
   drop_probability: float = 0.0
@@ -69,7 +71,7 @@ class DpMochaOptions:
   const (2 xi on dalpha~ clamped to [-1, 1]) or clean_l2 (2 xi ||dalpha||, NOT DP:
   test-only)"""
   resync: bool = True
-  """W = Omega~ u / (2 lambda) after each Omega update (note 14.5; off: Algorithm 1 as
+  """W = Omega~ u / (2 lambda) after each Omega update (our addition; off: Algorithm 1 as
   printed)"""
   update_omega: bool = True
   """learn Omega (off: Omega = I / m, independent local SVMs)"""
@@ -80,10 +82,10 @@ class DpMochaOptions:
 
 
 class DpMocha(FederatedAlgorithm):
-  """Paper 002 (`fedjax_dp.algorithms.dp_mocha.algorithm.dp_mocha`)."""
+  """DP-MOCHA (Hu et al. 2020; `fedjax_dp.algorithms.dp_mocha.algorithm.dp_mocha`)."""
   name = "dp_mocha"
-  description = ("paper 002 (Hu et al.): personalised federated multi-task SVMs (MOCHA) "
-                 "with DP uploads, stragglers and dropped devices")
+  description = ("DP-MOCHA (Hu et al. 2020): personalised federated multi-task SVMs "
+                 "(MOCHA) with DP uploads, stragglers and dropped devices")
   Options = DpMochaOptions
   default_dataset = "har_features"
   function = staticmethod(dp_mocha)
@@ -109,6 +111,7 @@ class DpMocha(FederatedAlgorithm):
   summary_labels = {
       **{f: (disclosure.PUBLIC, "configuration and notes: no client data") for f in (
           "evaluation", "mechanism", "s2_mode", "features_note", "calibration",
+          "inner_rounds", "outer_iterations",
           "calibration_rounds", "epsilon_target", "gaussian_condition_holds")},
       **{f: (disclosure.PUBLIC, disclosure.ACCOUNTING) for f in (
           "epsilon_paper", "epsilon_paper_per_device", "epsilon_paper_note",
@@ -135,7 +138,7 @@ class DpMocha(FederatedAlgorithm):
 
   def test_config(self, model, federated_data) -> SmokeConfig:
     return SmokeConfig(learns=False, why=(
-        "dp_mocha (paper 002) trains one model per device on a binary task and is "
+        "dp_mocha (DP-MOCHA) trains one model per device on a binary task and is "
         "evaluated per device: tests/algorithms/dp_mocha/test_dp_mocha_plugin.py "
         "checks that it learns"))
 
@@ -147,11 +150,7 @@ class DpMocha(FederatedAlgorithm):
     xi = check_positive("xi", options.xi)
     if xi > 1:
       raise FedJaxDpError(f"xi must be in (0, 1], got {xi}.", option="xi")
-    h = check_int("outer_rounds", options.outer_rounds, minimum=1)
-    if run.rounds % h:
-      raise FedJaxDpError(f"outer_rounds must divide --rounds (K = rounds / H inner rounds "
-                          f"per outer iteration); got rounds={run.rounds}, outer_rounds={h}.",
-                          option="outer_rounds")
+    check_int("outer_rounds", options.outer_rounds, minimum=1)  # any --rounds: K, below
     check_probability("tau", options.tau, allow_zero=True)
     p = float(options.drop_probability)
     if not 0.0 <= p < 1.0:
@@ -220,8 +219,8 @@ class DpMocha(FederatedAlgorithm):
     n_min = counts.min()
     q = (1.0 - options.tau / 2.0) * n_min / counts
     p = 1.0 - options.drop_probability
-    k = run.rounds if options.calibration_rounds == "total" else (
-        run.rounds // options.outer_rounds)
+    k = run.rounds if options.calibration_rounds == "total" else inner_rounds(
+        run.rounds, options.outer_rounds)
     r = options.budget_ratio
     per = [paper_calibration.theorem5_sigmas(options.epsilon, run.delta, float(qt), p, k, r)
            for qt in q]
@@ -239,7 +238,7 @@ class DpMocha(FederatedAlgorithm):
     cal = self.noise_multipliers(o, run, setup.data.counts) if private else None
     alg = dp_mocha(
         setup.model, setup.data, lam=o.lam, xi=o.xi,
-        inner_rounds=run.rounds // o.outer_rounds, s2_mode=o.s2_mode, resync=o.resync,
+        inner_rounds=inner_rounds(run.rounds, o.outer_rounds), s2_mode=o.s2_mode, resync=o.resync,
         update_omega=o.update_omega, tau=o.tau, drop_probability=o.drop_probability,
         sigma1=0.0 if cal is None else cal["sigma1"],
         sigma2=0.0 if cal is None else cal["sigma2"], private=private)
@@ -279,6 +278,8 @@ class DpMocha(FederatedAlgorithm):
         "evaluation": ("mean over devices of each device's 0/1 test error on its own "
                        "held-out data (MOCHA avg=1); test_accuracy = 1 - that"),
         "mechanism": setup.options.mechanism, "s2_mode": c["s2_mode"],
+        "inner_rounds": int(c["inner_rounds"]),
+        "outer_iterations": outer_iterations(run.rounds, setup.options.outer_rounds),
         "final_primal": _last(records, "primal"),
         "final_duality_gap": _last(records, "duality_gap"),
         "device_counts": np.asarray(setup.data.counts).astype(int).tolist(),
@@ -305,7 +306,7 @@ class DpMocha(FederatedAlgorithm):
                                                  run.delta) for a, b, qt in zip(s1, s2, q)]
     out.update(
         epsilon_paper=max(eps_paper), epsilon_paper_per_device=eps_paper,
-        epsilon_paper_note=("the paper's Theorem 5 (note 002 Sec. 6.1's constants) at the "
+        epsilon_paper_note=("the paper's Theorem 5 (our choice of its constants) at the "
                             "calibrated sigmas: it assumes SDCA's coordinate draws amplify "
                             "like sampling at q = n_iter / n_t, that dropping amplifies "
                             "by p, and Corollary 2's sensitivity s1"),
@@ -331,8 +332,8 @@ class DpMocha(FederatedAlgorithm):
                else s["dataset"])
       lines.append(f"mean per-device test error {err:.4f} (features: {where})")
     if s.get("epsilon_paper") is not None:
-      lines.append(f"paper 002's own epsilon (Theorem 5): {s['epsilon_paper']:.3g}; with the "
-                   f"paper's sensitivities and no amplification: "
+      lines.append(f"the paper's own epsilon (Theorem 5): {s['epsilon_paper']:.3g}; "
+                   f"with the paper's sensitivities and no amplification: "
                    f"{s['epsilon_accountant_paper_sensitivity']:.3g}; provable (the run's): "
                    f"{s['epsilon']:.3g}")
     return lines
@@ -361,6 +362,23 @@ def accountant_sigma1(epsilon: float, delta: float, rounds: int, r: float = 1.0)
     else:
       hi = mid
   return math.sqrt(rounds * (1.0 + r * r) / lo)
+
+
+def inner_rounds(rounds: int, outer_rounds: int) -> int:
+  """K, the global rounds per outer iteration of a run of ``rounds`` rounds with
+  H = ``outer_rounds``: ``ceil(rounds / H)``, so that any ``rounds`` runs. H divides
+  ``rounds``: K = rounds / H and H outer iterations, as in the paper; otherwise the
+  last outer iteration has ``rounds - (ceil(rounds / K) - 1) K`` rounds (fewer than K),
+  and there are ``ceil(rounds / K)`` outer iterations (at most H; ``rounds`` when
+  ``rounds < H``). Only when Omega is updated changes: every round is the same two
+  releases per active device, accounted as they run."""
+  return -(-int(rounds) // int(outer_rounds))
+
+
+def outer_iterations(rounds: int, outer_rounds: int) -> int:
+  """The outer iterations a run of ``rounds`` rounds with H = ``outer_rounds`` has
+  (`inner_rounds`): ``ceil(rounds / K)``."""
+  return -(-int(rounds) // inner_rounds(rounds, outer_rounds))
 
 
 def _last(records, key) -> Optional[float]:

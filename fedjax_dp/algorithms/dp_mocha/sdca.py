@@ -1,13 +1,13 @@
-"""The devices' local solver (paper 002, Algorithm 1 line 4): SDCA on the local dual
-subproblem (eq. 7) with the hinge loss's closed-form coordinate step.
+"""The devices' local solver (DP-MOCHA, Hu et al. 2020, Algorithm 1 line 4): SDCA on
+the local dual subproblem (eq. 7) with the hinge loss's closed-form coordinate step.
 
 Subproblem of device t (eq. 7), with Omega~_t = Omega_tt I_d:
 
   min_{dalpha_t} sum_i l*(-alpha_i - dalpha_i) + w_t^T X_t dalpha_t
                  + (beta / (4 lam)) Omega_tt ||X_t dalpha_t||^2.
 
-Restricted to one coordinate i (note 002 Sec. 4.4, derived), with v = X_t dalpha_t and
-c_t = beta Omega_tt / (2 lam):
+Restricted to one coordinate i (our derivation for Sec. VII-A's hinge loss), with
+v = X_t dalpha_t and c_t = beta Omega_tt / (2 lam):
 
   a_old = y_i (alpha_i + dalpha_i)                                     (in [0, 1])
   a_new = clip(a_old + (1 - y_i x_i^T (w_t + c_t v)) / (c_t ||x_i||^2), 0, 1)

@@ -1,4 +1,4 @@
-"""The server side of DP-MOCHA (paper 002, Algorithm 1 lines 10 and 13): the w update
+"""The server side of DP-MOCHA (Hu et al. 2020, Algorithm 1 lines 10 and 13): the w update
 from the devices' uploads, the closed-form task covariance (eq. 3), and the correction
 parameter beta = xi m (Sec. V, after Lemma 1)."""
 
@@ -44,9 +44,9 @@ def w_update(w: jax.Array, omega: jax.Array, du: jax.Array, lam) -> jax.Array:
 
 def resync(u: jax.Array, omega: jax.Array, lam) -> jax.Array:
   """w := (1 / (2 lam)) Omega~ u with u the server's running sum of the uploads
-  (note 002 Sec. 14.5): the primal-dual map (eq. 6) applied to what the server received,
-  so that w = w(alpha) again after an Omega update (without noise u = X alpha exactly;
-  with noise it is post-processing of the uploads). Returns ``[m, d]``."""
+  (our addition to Algorithm 1): the primal-dual map (eq. 6) applied to what the server
+  received, so that w = w(alpha) again after an Omega update (without noise
+  u = X alpha exactly; with noise it is post-processing of the uploads). Returns ``[m, d]``."""
   return omega @ u / (2.0 * lam)
 
 

@@ -1,4 +1,4 @@
-"""Aggregation weights of paper 001 (LAPA, Sun et al., arXiv 2505.19823), Sec. III-C / V-B.
+"""Aggregation weights of LAPA (Sun et al., arXiv 2505.19823), Sec. III-C / V-B.
 
 * FedAvg, eq. (2) (Benchmark 1): rho_i = |D_i| / sum_{j in S} |D_j|;
 * Wasserstein softmax, eqs. (20)-(22) (Configurations 1 and 2): W_i = W1(P_i, P_g)
@@ -9,7 +9,7 @@
 
 Every weight function takes a ``selected`` bool mask ``[N]`` (default: all devices) and
 returns a vector ``[N]`` that sums to 1 over the selected devices and is exactly 0 for
-the others, so shapes stay static inside the compiled round (note 10.4). The functions work
+the others, so shapes stay static inside the compiled round. The functions work
 on numpy arrays (float64 results, values validated) and on jax arrays (jit-compatible,
 shapes checked only); with no device selected the jax versions return all zeros and the
 numpy versions raise.
@@ -67,7 +67,7 @@ def _masked_softmax(logits, sel, xp):
 
 
 def fedavg_weights(counts: Any, selected: Any = None):
-  """FedAvg weights, eq. (2) of paper 001 (Benchmark 1): rho_i = |D_i| / sum_{j in S} |D_j|
+  """FedAvg weights, eq. (2) of LAPA (Benchmark 1): rho_i = |D_i| / sum_{j in S} |D_j|
   for i in S, 0 otherwise.
 
   Args:
@@ -120,7 +120,7 @@ def _check_padded(labels: Any, counts: Any, num_classes: Any):
 
 
 def label_pmfs(labels: Any, counts: Any, num_classes: int) -> np.ndarray:
-  """Per-device label PMFs P_i of eq. (20) (paper 001; note 5 [D]).
+  """Per-device label PMFs P_i of eq. (20) ([D]).
 
   Args:
     labels: int ``[N, n_max]`` padded labels (`FederatedData.y`); rows past
@@ -142,7 +142,7 @@ def label_pmfs(labels: Any, counts: Any, num_classes: int) -> np.ndarray:
 
 def global_pmf(labels: Any, counts: Any, num_classes: int) -> np.ndarray:
   """The global label PMF P_g of eq. (20): the label PMF of the union of all devices'
-  data (note 5 [D]).
+  data ([D]).
 
   Args and Raises: as `label_pmfs`.
 
@@ -154,8 +154,8 @@ def global_pmf(labels: Any, counts: Any, num_classes: int) -> np.ndarray:
 
 
 def wasserstein_1d(p: Any, q: Any):
-  """W1 distance between label PMFs on the label indices 0..K-1, eq. (20) of paper 001
-  with the note's 1-D form [D]:
+  """W1 distance between label PMFs on the label indices 0..K-1, eq. (20) of LAPA
+  in our 1-D form [D]:
 
     W(p, q) = sum_{k=0}^{K-2} |CDF_p(k) - CDF_q(k)|
 
@@ -228,7 +228,7 @@ def _pmf_pair(p: Any, q: Any):
 
 def label_distance(p: Any, q: Any, ground_cost: str = "index"):
   """Eq. 20's W1 between label PMFs under ``ground_cost`` (one of `GROUND_COSTS`):
-  ``"index"`` |a - b| on the label indices (`wasserstein_1d`, the note's [D]; depends
+  ``"index"`` |a - b| on the label indices (`wasserstein_1d`, [D]; depends
   on the label numbering) or ``"discrete"`` 1{a != b} (`total_variation`; invariant
   under any relabelling)."""
   if ground_cost == "index":
@@ -240,9 +240,9 @@ def label_distance(p: Any, q: Any, ground_cost: str = "index"):
 
 
 def wasserstein_weights(distances: Any, selected: Any = None):
-  """Aggregation weights of eqs. (21)-(22) of paper 001: a softmax of -W_i over the
+  """Aggregation weights of eqs. (21)-(22) of LAPA: a softmax of -W_i over the
   selected devices, rho_i = 1{i in S} exp(-W_i) / sum_{j in S} exp(-W_j) (no data-size
-  factor, note 2.7 [R+]). Numerically stable (max subtracted).
+  factor, [R+]). Numerically stable (max subtracted).
 
   Args:
     distances: ``[N]`` Wasserstein distances W_i (`wasserstein_1d`), finite.
@@ -264,13 +264,13 @@ def wasserstein_weights(distances: Any, selected: Any = None):
 
 def fedadp_gompertz(theta, alpha: float = 5.0):
   """FedAdp's decreasing Gompertz map f(theta) = alpha (1 - exp(-exp(-alpha (theta - 1))))
-  (Wu & Wang, FedAdp; note 001 6 [X], Benchmark 2). jnp, jit-compatible."""
+  (Wu & Wang, FedAdp [X]; LAPA's Benchmark 2). jnp, jit-compatible."""
   return alpha * (1.0 - jnp.exp(-jnp.exp(-alpha * (theta - 1.0))))
 
 
 def fedadp_angle_weights(smoothed_angles: Any, counts: Any, selected: Any = None,
                          alpha: float = 5.0) -> jax.Array:
-  """BEDA / FedAdp weights (paper 001 Benchmark 2; Wu & Wang, FedAdp):
+  """BEDA / FedAdp weights (LAPA's Benchmark 2; Wu & Wang, FedAdp):
 
     psi_i = |D_i| exp(f(theta~_i)) / sum_{j in S} |D_j| exp(f(theta~_j)),
     f(theta) = alpha (1 - exp(-exp(-alpha (theta - 1))))   (decreasing in theta),
@@ -304,7 +304,7 @@ def fedadp_angle_weights(smoothed_angles: Any, counts: Any, selected: Any = None
 
 
 def deviation_angles(local: Any, global_: Any) -> jax.Array:
-  """Angles between local and global gradients, eq. (13) of paper 001 (note 2.5 [R+]):
+  """Angles between local and global gradients, eq. (13) of LAPA ([R+]):
 
     theta_i = arccos(<g_i, g> / (||g_i|| ||g||)),
 
@@ -345,7 +345,7 @@ def _unit_rows(a):
 
 
 def smoothed_angles(prev: Any, theta: Any, t) -> jax.Array:
-  """Running mean of the angles, eq. (14) of paper 001 (FedAdp form, note 2.5 [R+]):
+  """Running mean of the angles, eq. (14) of LAPA (FedAdp form, [R+]):
 
     theta~_i[t] = ((t - 1) / t) theta~_i[t - 1] + theta_i[t] / t,
 

@@ -1,5 +1,6 @@
-"""LAPA-DNC: wireless DP-FL with per-device adaptive budgets (paper 001, Algorithm 1 of
-its implementation note, section 2.12; equation numbers are the paper's).
+"""LAPA-DNC: wireless DP-FL with per-device adaptive budgets (LAPA, arXiv 2505.19823;
+Algorithm 1, our numbered reconstruction of the paper's round, listed below; equation
+numbers are the paper's).
 
 One round t (1-based; ``state.round`` is t - 1), every device vmapped:
 
@@ -123,7 +124,7 @@ def lapa(model, data, *, allocator, aggregator: str = "wasserstein",
          label_noise_multiplier: float = DEFAULT_LABEL_NOISE_MULTIPLIER,
          filter_budget: Union[float, str] = "uniform",
          ground_cost: str = "index") -> Algorithm:
-  """LAPA-DNC (the note's Algorithm 1) as an `fedjax_dp.algorithms.base.Algorithm`.
+  """LAPA-DNC (Algorithm 1) as an `fedjax_dp.algorithms.base.Algorithm`.
 
   Args:
     model: a `fedjax_dp.models.Model` (the paper's: ``cnn_fc50``).

@@ -1,4 +1,4 @@
-"""Per-round, per-device privacy-budget allocators of paper 001 (LAPA, Sec. III-B) and
+"""Per-round, per-device privacy-budget allocators of LAPA (Sec. III-B) and
 its benchmarks (Sec. V-C): LAPA (eqs. 10-16), uniform DP (Benchmark 3), ARB-approx
 (Benchmark 4) and no DP (Configuration 4).
 
@@ -6,19 +6,19 @@ Every per-round function is pure jnp with static shapes, so `step` runs inside t
 jit-compiled round and under ``jax.lax.scan``; the configuration `AllocatorConfig` is a
 hashable NamedTuple passed as a static argument. Host-side `init_state` validates it.
 
-The round t+1 budgets come from what the server saw in round t (note 001 Sec. 2.5 and
+The round t+1 budgets come from what the server saw in round t (Sec. III-B;
 Algorithm 1, lines 14-19):
 
 * LAPA: the global perturbed gradients g~[t] go into a ring buffer of the last W rounds;
   m sorted history points, the newest last, are drawn at random from it and give the
-  PID-like error e (eqs. 10-11, `pid_error`; note 9 B2); the round budget is
+  PID-like error e (eqs. 10-11, `pid_error`); the round budget is
   eps[t+1] = exp(-e) (eps_T - eps_c[t]) / (T - t) (eq. 12 [R?], `round_budget`); each
   selected device's received gradient makes an angle with the global one (eq. 13),
   smoothed over rounds (eq. 14), mapped by a Gompertz curve (eq. 15 [R?]/[D]) and the
   round budget is split in proportion (eq. 16 [R?], `split_budget`).
 * uniform: eps_T / T for every round and every selected device (Benchmark 3 [D]).
 * ARB-approx: one budget for all devices, raised by (1 + beta) when the global gradient
-  norm fell, else lowered by (1 - beta) (note Sec. 6, Benchmark 4 [D]; the ARB paper [27]
+  norm fell, else lowered by (1 - beta) (Benchmark 4 [D]; the ARB paper [27]
   is not accessible, so this is our approximation, not ARB).
 * none: zero budgets (the caller adds no artificial noise).
 
@@ -62,28 +62,28 @@ class AllocatorConfig(NamedTuple):
     kind: one of `ALLOCATORS`.
     epsilon_total: eps_T, each device's total budget under basic composition (> 0).
     rounds: T, the number of rounds (>= 1).
-    kp: K_p, proportional coefficient of the PID-like error (eq. 11; note 4: 0.9).
-    ks: K_s, integral coefficient (eq. 11; note 4: 0.1).
-    history_points: m >= 2 sampled history points (note 9 B2: 5).
-    window: W >= m, the ring buffer length: the last W global gradients (note 9 B2: 10).
-    error_scale: Z > 0, the normaliser of E = ||Delta g||_2 / Z (note 9 B2: the clip
+    kp: K_p, proportional coefficient of the PID-like error (eq. 11; our default 0.9).
+    ks: K_s, integral coefficient (eq. 11; our default 0.1).
+    history_points: m >= 2 sampled history points ([D]: 5).
+    window: W >= m, the ring buffer length: the last W global gradients ([D]: 10).
+    error_scale: Z > 0, the normaliser of E = ||Delta g||_2 / Z ([D]: the clip
       norm C).
     initial_error: e_0 >= 0, the error used while fewer than 2 history points exist.
     alpha: the Gompertz "decay factor" alpha > 0 (eq. 15; FedAdp's 5).
-    gompertz: ``"increasing"`` (note [D], text-consistent: non-decreasing in the
+    gompertz: ``"increasing"`` ([D], text-consistent: non-decreasing in the
       smoothed angle) or ``"fedadp"`` (FedAdp's original, decreasing map).
-    split: ``"mean"`` (the mean over the selected devices equals eps[t], note 9 B4's
-      alternative), ``"sum"`` (device budgets sum to eps[t], eq. 16 literal) or
+    split: ``"mean"`` (the mean over the selected devices equals eps[t], our
+      alternative [D]), ``"sum"`` (device budgets sum to eps[t], eq. 16 literal) or
       ``"equal"`` (every selected device gets eps[t]: no personalisation, eqs. 13-16
       switched off; a control of the sensitivity study, not the paper's).
-    budget: eq. 12's round budget (`round_budget`): ``"exp"`` (the note's
+    budget: eq. 12's round budget (`round_budget`): ``"exp"`` (our
       reconstruction, default), ``"normalised"`` (exp(-e) over its running mean: the
       whole budget is spent) or ``"flat"`` (no exp(-e) factor: the remaining budget
       spread evenly; a control).
-    arb_beta: ARB-approx step beta in [0, 1) (note Sec. 6, Benchmark 4 [D]).
+    arb_beta: ARB-approx step beta in [0, 1) (Benchmark 4 [D]).
     min_share: LAPA's floor: every selected device gets at least min_share times its
-      even share (eps[t+1] with the mean split, eps[t+1] / |S| with the sum split; note
-      9 B4's clamp "so no device gets near-zero budget", [D]; 0 = the split alone; with
+      even share (eps[t+1] with the mean split, eps[t+1] / |S| with the sum split; a
+      clamp "so no device gets near-zero budget", [D]; 0 = the split alone; with
       the sum split a binding floor makes the budgets add up to a little more than
       eps[t+1]; each device's total stays capped at eps_T). Without it the split feeds back on itself: a device whose upload is
       noisiest dominates the global gradient, so its angle to it shrinks (eq. 13), its
@@ -195,7 +195,7 @@ def _norm(x: jax.Array, axis: int = -1) -> jax.Array:
 
 def sample_history_ages(key: jax.Array, filled: Any, window: int,
                         history_points: int) -> Tuple[jax.Array, jax.Array]:
-  """The m history points of the PID-like error (eqs. 10-11; note 9 B2 [D]), as ages.
+  """The m history points of the PID-like error (eqs. 10-11; [D]), as ages.
 
   Age a is the gradient pushed a rounds before the newest (age 0 = g~[t]). Of the
   n = min(filled, W) stored gradients, the newest is always taken and m - 1 of the n - 1
@@ -231,7 +231,7 @@ def pid_error(history: Any, filled: Any, key: jax.Array, history_points: int = 5
               kp: float = 0.9, ks: float = 0.1, error_scale: float = 1.0,
               initial_error: float = 1.0) -> jax.Array:
   """e = K_p E_m + K_s mean(E_2, ..., E_m), the PID-like error (eqs. 10-11 [X, R+];
-  note 9 B2 [D] for the norm and the sampling).
+  [D] for the norm and the sampling).
 
   With the sampled history points i_1 < ... < i_m (`sample_history_ages`, i_m the
   newest), E_s = ||g~[i_s] - g~[i_{s-1}]||_2 / Z (eq. 10 with a norm) for s = 2..m; the
@@ -271,7 +271,7 @@ def pid_error(history: Any, filled: Any, key: jax.Array, history_points: int = 5
 def round_budget(error: Any, epsilon_total: Any, consumed: Any, rounds: Any,
                  t: Any, mode: str = "exp", multiplier_mean: Any = 1.0) -> jax.Array:
   """eps[t] = exp(-e[t]) (eps_T - eps_c[t-1]) / (T - t + 1), LAPA's round budget
-  (eq. 12 [R?]; note 2.5, 9 B3, Adp-PPFL-style).
+  (eq. 12 [R?]; Adp-PPFL-style).
 
   ``mode`` (static) picks eq. 12's variant: ``"exp"`` the formula above (default);
   ``"normalised"`` exp(-e[t]) / ``multiplier_mean`` in place of exp(-e[t]), the
@@ -283,7 +283,8 @@ def round_budget(error: Any, epsilon_total: Any, consumed: Any, rounds: Any,
 
   Since exp(-e) <= 1 (e is clamped at 0 from below; a NaN e counts as +inf, i.e. 0
   budget), sum_t eps[t] <= eps_T for any error sequence; eps[t] is non-decreasing
-  whenever e[t] is non-increasing (note 8 item 2). Rounds outside 1..T get 0, as does
+  whenever e[t] is non-increasing (a property of eq. 12 as reconstructed). Rounds outside
+  1..T get 0, as does
   an exhausted budget.
 
   Args:
@@ -318,7 +319,7 @@ def round_budget(error: Any, epsilon_total: Any, consumed: Any, rounds: Any,
 def gompertz(theta: Any, alpha: float = 5.0, kind: str = "increasing") -> jax.Array:
   """The contribution map of the smoothed angle (eq. 15 [R?]).
 
-  ``"increasing"`` (note 2.5 [D], default): f = alpha (1 - exp(-exp(alpha (theta - 1)))),
+  ``"increasing"`` ([D], default): f = alpha (1 - exp(-exp(alpha (theta - 1)))),
   non-decreasing in theta, as the paper's text requires (small angle = large
   contribution = smaller budget, stronger protection); alpha = 5 gives f(0) = 0.0336,
   f(0.5) = 0.394, f(1) = 3.161, f(1.5) = 5.000 (4.99997).
@@ -348,7 +349,7 @@ def split_budget(epsilon_round: Any, contributions: Any, selected: Any,
   """Device budgets from the round budget in proportion to the contributions (eq. 16).
 
   ``"sum"`` (eq. 16 literal [R?]): eps_i = eps[t] f_i / sum_{j in S} f_j, so the device
-  budgets sum to eps[t]. ``"mean"`` (note 9 B4 alternative [D]): eps_i =
+  budgets sum to eps[t]. ``"mean"`` (our alternative [D]): eps_i =
   |S| eps[t] f_i / sum_{j in S} f_j, so their mean over S is eps[t]. ``"equal"``
   (a control, not the paper's): eps_i = eps[t], the contributions ignored. Unselected devices
   get 0. If every selected contribution is 0 (or the sum is not finite and positive),
@@ -398,7 +399,7 @@ def init_state(config: AllocatorConfig, num_devices: int, dim: int,
   """The allocator state holding round 1's budgets.
 
   Round 1: LAPA eps[1] = exp(-e_0) eps_T / T (eq. 12 at t = 1) split equally over S
-  (note 2.5 [D]: no angles yet; equal f in `split_budget`); uniform and ARB-approx
+  ([D]: no angles yet; equal f in `split_budget`); uniform and ARB-approx
   eps_T / T for every selected device; none 0. Unselected devices get 0.
 
   Args:
@@ -450,7 +451,7 @@ def init_state(config: AllocatorConfig, num_devices: int, dim: int,
 
 def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: Any,
          received: Any, selected: Any, key: jax.Array) -> AllocatorState:
-  """Spends round t's budgets and computes round t+1's (note Algorithm 1, lines 14-19).
+  """Spends round t's budgets and computes round t+1's (Algorithm 1, lines 14-19).
 
   Pure jnp with static shapes; ``config`` must be static under ``jax.jit`` (e.g.
   ``jax.jit(step, static_argnums=0)``); ``t`` may be traced. Not validated here (use
@@ -466,7 +467,7 @@ def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: An
        exhausted budget -- keep their smoothed angle [D]), `gompertz` (eq. 15) and
        `split_budget` (eq. 16).
      * ``"uniform"``: eps_T / T for every selected device (Benchmark 3 [D]).
-     * ``"arb"`` (ARB-approx, note Sec. 6 [D]; not the ARB paper [27], which is not
+     * ``"arb"`` (ARB-approx, [D]; not the ARB paper [27], which is not
        accessible): eps[t+1] = min(eps[t] (1 + beta), remaining) if ||g~[t]|| <
        ||g~[t-1]||, else eps[t] (1 - beta) (also capped by the remaining budget); the
        first step keeps eps[t]; the same budget for every selected device.
@@ -519,7 +520,7 @@ def step(config: AllocatorConfig, state: AllocatorState, t: Any, global_grad: An
                             mult_sum / (filled + 1).astype(jnp.float32))
     rec = _f32(received)
     theta = deviation_angles(rec, g)
-    counted = sel & jnp.any(rec != 0, axis=1)       # no upload: no angle (note [D])
+    counted = sel & jnp.any(rec != 0, axis=1)       # no upload: no angle ([D])
     theta_smooth = jnp.where(counted, smoothed_angles(state.theta_smooth, theta, t),
                              state.theta_smooth)
     f = gompertz(theta_smooth, config.alpha, config.gompertz)

@@ -1,4 +1,4 @@
-"""Canary-audit targets of LAPA (paper 001): its worlds, observers and deliberate
+"""Canary-audit targets of LAPA: its worlds, observers and deliberate
 breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 --algorithm lapa``). The shared pieces (`Target`, the delta, the common breaks) are
 `fedjax_dp.algorithms.audit_common`'s."""
@@ -27,7 +27,7 @@ PARAMS: Dict[str, Dict[str, Any]] = {
 }
 
 # ---------------------------------------------------------------------------
-# Paper 001: LAPA, the canary is one record of the one device.
+# LAPA: the canary is one record of the one device.
 # ---------------------------------------------------------------------------
 
 #: LAPA's audited device: the canary record (feature ``_LAPA_X`` on the first axis) and two
@@ -51,7 +51,7 @@ def _lapa_worlds():
 
 
 def _lapa_setup(brk: str, clipping: str, rounds: int, epsilon_total: float) -> Setup:
-  """Paper 001 (LAPA, `fedjax_dp.algorithms.lapa.algorithm.lapa`) on one device holding
+  """LAPA (`fedjax_dp.algorithms.lapa.algorithm.lapa`) on one device holding
   the canary and two fillers (`_lapa_worlds`), its minibatch its whole data (the canary
   is in every upload: no sampling, as the ledger claims). The uniform allocator gives
   eps_T / T every round, so the artificial noise is sigma = c Delta_s T / eps_T (eqs.
@@ -139,7 +139,7 @@ def _lapa_label_observer(round_fn: Callable, device: int, scale: float) -> Calla
 
 def _lapa_label_setup(brk: str, rounds: int, epsilon_total: float,
                       label_noise_multiplier: float) -> Setup:
-  """Paper 001's Wasserstein aggregator on two devices (`_lapa_label_worlds`), the
+  """LAPA's Wasserstein aggregator on two devices (`_lapa_label_worlds`), the
   canary's label changing device 0's label histogram; the audit observes that release
   (`_lapa_label_observer`). The claim is the algorithm's own `DeviceLedger` (the filter's
   bound: the label release's 1 / z_h^2 plus the uploads' budget, kept small here,
@@ -188,7 +188,7 @@ def _lapa_label_setup(brk: str, rounds: int, epsilon_total: float,
 
 
 def targets() -> List[Target]:
-  """LAPA (paper 001)'s audit targets."""
+  """LAPA's audit targets."""
   return [
     Target("lapa/per_example", "lapa",
            "record-level, replace-one record of one device, every upload Gaussian (the "

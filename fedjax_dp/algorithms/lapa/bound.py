@@ -1,14 +1,14 @@
-"""Theorem 1 of paper 001 (LAPA: Sun, Liu, Ni, Wang, Geng, Lai, Jamalipour, "LAPA-based
+"""Theorem 1 of LAPA (Sun, Liu, Ni, Wang, Geng, Lai, Jamalipour, "LAPA-based
 Dynamic Privacy Optimization for Wireless Federated Learning in Heterogeneous
 Environments", arXiv:2505.19823, 2025): the convergence bound Phi(p) of eq. (24) = (51)
 as a function of the transmit powers, the switching round T_th(p) of eq. (23), and the
 step-size condition eqs. (25)-(27).
 
-The seed text lost its equations; the formulas below follow the project's implementation
-note on the paper (not part of this repository; its sections 2.8-2.10, tags [T] stated,
-[R+]/[R?] reconstructed, [D] our decision).
+The text of the paper we worked from lost its equations; the formulas below are our
+reconstruction (tags as in `fedjax_dp.algorithms.lapa`: [T] stated, [R+]/[R?]
+reconstructed, [D] our decision).
 
-Model of the bound (note 2.9, [R?] appendix chain eqs. 40-51): gradient sharing with
+Model of the bound (Sec. IV-B, Appendix I, [R?] appendix chain eqs. 40-51): gradient sharing with
 aggregation weights rho_i over the selected devices S, step size eta, and per-round
 noise ``n[t] = sum_{i in S} rho_i (1{t < T_th} n_i[t] + z_i[t])`` where ``n_i[t] ~
 N(0, sigma_i[t]^2 I_d)`` is the artificial DP noise and ``z_i[t] ~ N(0, sigma_c,i^2
@@ -23,11 +23,11 @@ with ``A = 1 - 2 mu eta + mu L eta^2 B^2`` (eq. 46). Rounds are 0-based here: ro
 tau in [0, T) uses artificial noise iff tau < T_th, so T_th is also the number of
 rounds with artificial noise.
 
-Channel quantities (note 2.3 and 9 C2): SNR ``gamma_i = p_i g_i / sigma_z^2`` with
+Channel quantities (Sec. II-B): SNR ``gamma_i = p_i g_i / sigma_z^2`` with
 ``g_i = ||h_i||^2`` (eq. 6 with an MRC receiver, [R?]) and decoded per-coordinate
 channel-noise std ``sigma_c,i(p_i) = kappa / sqrt(gamma_i)`` in gradient units, kappa
-the symbol scale (note 9 C2, [D]). Power 0 on a selected device means infinite channel
-noise, so Phi = inf there.
+the symbol scale ([D], `fedjax_dp.algorithms.lapa.channel.symbol_scale`). Power 0 on a
+selected device means infinite channel noise, so Phi = inf there.
 
 Everything that takes a power vector is pure ``jax.numpy``, vectorised over the leading
 axes of ``powers`` (``[..., N]``) and jit-compatible; the hyper-parameters (eta, mu, L,
@@ -59,7 +59,7 @@ __all__ = ["contraction", "step_size_ok", "dissimilarity_b2", "channel_noise_std
 
 
 def contraction(eta, mu, lipschitz, b):
-  """Contraction factor ``A = 1 - 2 mu eta + mu L eta^2 B^2`` of Theorem 1 (paper 001,
+  """Contraction factor ``A = 1 - 2 mu eta + mu L eta^2 B^2`` of Theorem 1 (LAPA,
   eq. 46 / 24, [R+]).
 
   Args:
@@ -78,7 +78,7 @@ def contraction(eta, mu, lipschitz, b):
 
 
 def step_size_ok(eta, lipschitz, b):
-  """Step-size condition ``0 < eta < 2 / (L B^2)`` (paper 001, eq. 27, [R+]); for
+  """Step-size condition ``0 < eta < 2 / (L B^2)`` (LAPA, eq. 27, [R+]); for
   mu > 0 it is equivalent to ``A < 1`` (eqs. 25-26).
 
   Returns:
@@ -89,8 +89,8 @@ def step_size_ok(eta, lipschitz, b):
 
 
 def dissimilarity_b2(local_grads, weights):
-  """Estimate of B^2 of assumption A4 at one point w (paper 001, A4 after FedProx [35];
-  note 9 D4, [D]): ``sum_i rho_i ||g_i||^2 / ||sum_i rho_i g_i||^2``.
+  """Estimate of B^2 of assumption A4 at one point w (LAPA, A4 after FedProx [35];
+  [D]): ``sum_i rho_i ||g_i||^2 / ||sum_i rho_i g_i||^2``.
 
   Args:
     local_grads: float ``[N, d]`` local gradients ``grad F_i(w)`` (flatten pytrees
@@ -117,7 +117,7 @@ def dissimilarity_b2(local_grads, weights):
 
 def channel_noise_std(powers, gains, noise_power, kappa):
   """Decoded per-coordinate channel-noise std ``sigma_c,i = kappa / sqrt(gamma_i)`` with
-  ``gamma_i = p_i g_i / sigma_z^2`` (paper 001, eq. 6 with MRC [R?]; note 2.3 and 9 C2
+  ``gamma_i = p_i g_i / sigma_z^2`` (LAPA, eq. 6 with MRC [R?]; kappa
   [D]).
 
   Args:
@@ -144,8 +144,8 @@ def _channel_var(powers, gains, noise_power, kappa):
 
 
 def switch_round(sigma_art, sigma_channel, selected):
-  """Noise switching round T_th of eq. (23) (paper 001, [R?]; note 2.8 and 9 C4: global
-  switch, all selected devices aligned).
+  """Noise switching round T_th of eq. (23) (LAPA, [R?]; a global
+  switch, all selected devices aligned [D]).
 
   ``T_th`` is the first 0-based round tau with ``sigma_art[tau, i] <= sigma_channel[...,
   i]`` for every selected i; it is also the number of rounds that use artificial noise.
@@ -285,7 +285,7 @@ def _terms(powers, c) -> Dict[str, jnp.ndarray]:
 
 def bound_terms(powers, *, sigma_art, gains, noise_power, kappa, rho, selected, eta, mu,
                 lipschitz, b, dim, initial_gap, rounds=None) -> Dict[str, jnp.ndarray]:
-  """The terms of Theorem 1, eq. (24) = (51) (paper 001, [R?]), separately, for plots.
+  """The terms of Theorem 1, eq. (24) = (51) (LAPA, [R?]), separately, for plots.
 
   Arguments as in `convergence_bound`.
 
@@ -308,8 +308,8 @@ def bound_terms(powers, *, sigma_art, gains, noise_power, kappa, rho, selected, 
 
 def convergence_bound(powers, *, sigma_art, gains, noise_power, kappa, rho, selected, eta,
                       mu, lipschitz, b, dim, initial_gap, rounds=None):
-  """Phi(p): the right-hand side of Theorem 1, eq. (24) = (51) (paper 001, [R?]; note
-  2.9-2.10), the objective of the power problem (28)::
+  """Phi(p): the right-hand side of Theorem 1, eq. (24) = (51) (LAPA, [R?]; Sec.
+  IV-B), the objective of the power problem (28)::
 
     Phi(p) = A^T F0 + (L eta^2 d / 2) sum_{tau < T_th(p)} A^(T-1-tau) sum_S rho_i^2
              sigma_i[tau]^2 + (L eta^2 d / 2) sum_S rho_i^2 sigma_c,i(p_i)^2 (1-A^T)/(1-A)
@@ -321,18 +321,18 @@ def convergence_bound(powers, *, sigma_art, gains, noise_power, kappa, rho, sele
     powers: float ``[..., N]`` transmit powers (watts), >= 0 (not checked: they may be
       traced).
     sigma_art: float ``[T_rec, N]`` recorded artificial-noise stds sigma_i[tau] (gradient
-      units), e.g. from a pilot LAPA run (note 2.12, [D]). Rows past ``rounds`` are
+      units), e.g. from a pilot LAPA run ([D]). Rows past ``rounds`` are
       ignored; if ``rounds > T_rec`` the last row is repeated.
     gains: float ``[N]`` channel gains ``||h_i||^2`` (linear).
     noise_power: sigma_z^2 (watts), >= 0 (0: ideal channel, no channel noise, no
       switch).
-    kappa: symbol scale of note 9 C2, >= 0.
+    kappa: the symbol scale (`fedjax_dp.algorithms.lapa.channel.symbol_scale`), >= 0.
     rho: float ``[N]`` aggregation weights (eq. 21/22).
     selected: bool ``[N]`` selection mask S (eq. 22); unselected devices add nothing.
     eta, mu, lipschitz, b: learning rate and constants of assumptions A1-A4
       (``mu <= lipschitz``, ``b >= 1``; b is B, not B^2).
     dim: model dimension d.
-    initial_gap: ``F(w[0]) - F*`` (note 9 D4 suggests ln 10).
+    initial_gap: ``F(w[0]) - F*`` (our nominal value: ln 10).
     rounds: total number of rounds T (default ``T_rec``).
 
   Returns:
@@ -354,7 +354,7 @@ def make_objective(*, sigma_art, gains, noise_power, kappa, rho, selected, eta, 
                    lipschitz, b, dim, initial_gap, rounds=None
                    ) -> Tuple[Callable[[Any], jnp.ndarray], Callable[[Any], jnp.ndarray]]:
   """Checks Theorem 1's constants once and returns ``(objective_fn, switch_fn)`` for the
-  power optimiser (`fedjax_dp.algorithms.lapa.ddpg.train_ddpg`, note 2.12 Algorithm 3):
+  power optimiser (`fedjax_dp.algorithms.lapa.ddpg.train_ddpg`, Algorithm 3):
   ``objective_fn(powers [..., N]) -> Phi [...]`` (eq. 24) and ``switch_fn(powers) ->
   int32 T_th [...]`` (eq. 23), both pure jnp and jit-compatible.
 

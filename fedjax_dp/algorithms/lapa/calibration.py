@@ -1,8 +1,8 @@
-"""The paper's own noise calibration (paper 001, LAPA, Sec. III-B and IV-A), labelled as
+"""The paper's own noise calibration (LAPA, Sec. III-B and IV-A), labelled as
 the paper's: the classical Gaussian mechanism sigma = c Delta_s / epsilon (eq. 19) with
 the NbAFL-form sensitivity 2C / n (eq. 18) and the dynamic noise switch rule (eq. 23).
 
-What these formulas are, and are not (note 001 Sec. 2.6, 2.11, 8 item 1, 9 B1/B5):
+What these formulas are, and are not:
 
 * c = sqrt(2 ln(1.25 / delta)) is the classical Gaussian mechanism of Dwork & Roth
   (Thm. A.1), proved only for epsilon in (0, 1) (`classical_valid`). LAPA's later rounds
@@ -47,7 +47,7 @@ CLASSICAL_BREAKPOINTS = {
 
 def gaussian_constant(delta: float) -> float:
   """c(delta) = sqrt(2 ln(1.25 / delta)), the classical Gaussian mechanism's constant
-  (Dwork & Roth, Thm. A.1; paper 001 eq. 19, note 2.6 [R+]).
+  (Dwork & Roth, Thm. A.1; LAPA eq. 19, [R+]).
 
   c = 4.8448 for delta = 1e-5, 4.3436 for 1e-4, 3.7765 for 1e-3.
 
@@ -65,7 +65,7 @@ def gaussian_constant(delta: float) -> float:
 
 def paper_sensitivity(clip_norm: float, num_samples: Any) -> Union[float, np.ndarray]:
   """Delta_s = 2 C / n, the paper's l2 sensitivity of one clipped, averaged local
-  gradient (eq. 18, NbAFL form [R?]; note 9 B1).
+  gradient (eq. 18, NbAFL form [R?]).
 
   Valid only if each per-sample gradient has norm <= C (per-example clipping); with the
   paper's aggregate clipping (eq. 17) it is the paper's choice, not a proof.
@@ -126,10 +126,10 @@ def switch_ready(sigma_next: Any, sigma_channel: Any, selected: Any) -> jnp.ndar
   selected and every selected device i has sigma_channel_i > 0 and
   sigma_next_i <= sigma_channel_i, i.e. the artificial noise LAPA would add next round is
   no larger than the decoded channel noise, which the paper then takes to provide the DP
-  (note 2.8, 2.11; T_th is the first round where this holds). That is the paper's
+  (Sec. IV-A; T_th is the first round where this holds). That is the paper's
   assumption, not ours: on its digital (BPSK/QPSK) link the channel adds bit errors, not
-  Gaussian noise, so the run's guarantee ends at the switch (issue 30;
-  `fedjax_dp.algorithms.lapa.algorithm`).
+  Gaussian noise, so the run's guarantee ends at the switch
+  (`fedjax_dp.algorithms.lapa.algorithm`).
 
   Pure jnp, never raises; NaN entries of selected devices count as not ready.
 
@@ -151,8 +151,8 @@ def switch_ready(sigma_next: Any, sigma_channel: Any, selected: Any) -> jnp.ndar
 
 def classical_valid(epsilon: Any) -> jnp.ndarray:
   """Whether each epsilon lies in (0, 1), the range where the classical Gaussian
-  mechanism's c(delta) = sqrt(2 ln(1.25/delta)) is proved (Dwork & Roth, Thm. A.1;
-  note 2.11). Pure jnp, elementwise; bool array of ``epsilon``'s shape."""
+  mechanism's c(delta) = sqrt(2 ln(1.25/delta)) is proved (Dwork & Roth, Thm. A.1).
+  Pure jnp, elementwise; bool array of ``epsilon``'s shape."""
   eps = jnp.asarray(epsilon)
   return (eps > 0) & (eps < 1)
 
@@ -166,7 +166,7 @@ def gaussian_epsilon_accountant(noise_multiplier: float, delta: float,
   `fedjax_dp.privacy.accountants.DEFAULT_RDP_ORDERS`; ``"pld"``: the (near-exact)
   privacy-loss-distribution accountant, discretisation 1e-4.
 
-  Used to check the paper's calibration (note 8 item 1): with z = c(delta) / eps, the
+  Used to check the paper's calibration: with z = c(delta) / eps, the
   accountant's epsilon is <= eps for every eps in (0, 1) (the classical theorem's
   range). The classical formula stays conservative beyond 1 and first breaks (accountant
   epsilon > eps) above (bisection; `CLASSICAL_BREAKPOINTS`):

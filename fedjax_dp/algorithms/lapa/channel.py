@@ -1,19 +1,19 @@
-"""The wireless uplink of paper 001 (LAPA, Sun et al., arXiv 2505.19823), Sec. II-B.
+"""The wireless uplink of LAPA (Sun et al., arXiv 2505.19823), Sec. II-B.
 
 One base station (BS) with M antennas serves N single-antenna devices placed at random in
-two regions (note 001 Sec. 3 [D]: region I near the BS, region II far from it). Block
-fading (note 2.3 [T]): the channels are drawn once per experiment and stay fixed.
+two regions ([D]: region I near the BS, region II far from it). Block
+fading ([T]): the channels are drawn once per experiment and stay fixed.
 
 * geometry and path loss, eq. (39) [R+]: PL_i = G_BS G_D (c / (4 pi f_c d_i))^alpha_PL;
-* Rayleigh channels h_i = sqrt(PL_i) hbar_i, hbar_i ~ CN(0, I_M) (note 2.3 [D]);
-* SNR after perfect SIC with an MRC receiver, eq. (6) (note 2.3 [R?]):
+* Rayleigh channels h_i = sqrt(PL_i) hbar_i, hbar_i ~ CN(0, I_M) ([D]);
+* SNR after perfect SIC with an MRC receiver, eq. (6) ([R?]):
   gamma_i = p_i ||h_i||^2 / sigma_z^2;
-* symbol error rate of BPSK / QPSK (note 2.7 and 9 C6 [D]) and its inverse, so that an SER
+* symbol error rate of BPSK / QPSK ([D]) and its inverse, so that an SER
   threshold maps to the SNR threshold gamma_th of eq. (22);
 * the decoded channel noise in gradient units: gradients are sent as symbols
-  x_i = g_i / kappa with kappa = C / sqrt(d) (note 9 C2 [D]), so the decoded noise has std
-  sigma_c,i = kappa / sqrt(gamma_i) per real coordinate (note 2.3 [R+], 9 C3 [D]);
-* SER-threshold device selection, eq. (22) converted to an SER threshold (note 2.7 [T]).
+  x_i = g_i / kappa with kappa = C / sqrt(d) ([D]), so the decoded noise has std
+  sigma_c,i = kappa / sqrt(gamma_i) per real coordinate ([R+]; real coordinates [D]);
+* SER-threshold device selection, eq. (22) converted to an SER threshold ([T]).
 
 Host-side set-up (`ChannelConfig`, `make_uplink`, `snr_for_ser`, `symbol_scale`) uses
 numpy float64 and runs once per experiment. The functions used per round or on batches of
@@ -82,7 +82,7 @@ def _check_interval(name: str, value: Any) -> Tuple[float, float]:
 
 @dataclasses.dataclass(frozen=True)
 class ChannelConfig:
-  """Geometry and radio parameters of the uplink (note 001 Sec. 3, all [D]).
+  """Geometry and radio parameters of the uplink (all [D]).
 
   Attributes:
     num_antennas: M, BS antennas (>= 1).
@@ -97,7 +97,7 @@ class ChannelConfig:
     pathloss_exponent: alpha_PL of eq. (39) (> 0).
     noise_dbm: environmental noise power sigma_z^2 in dBm.
     p_max_dbm: the device power limit P_max of eq. (5) in dBm.
-    modulation: ``"bpsk"`` or ``"qpsk"``, for the SER mapping (note 9 C6).
+    modulation: ``"bpsk"`` or ``"qpsk"``, for the SER mapping ([D]).
 
   Raises:
     FedJaxDpError: naming the field, for any invalid value.
@@ -220,7 +220,7 @@ def watts_to_dbm(w):
 
 
 def device_positions(config: ChannelConfig, seed: RngLike) -> np.ndarray:
-  """Uniform random device positions in the configured regions (note 001 Sec. 3 [D]).
+  """Uniform random device positions in the configured regions ([D]).
 
   Args:
     config: the `ChannelConfig`.
@@ -252,12 +252,12 @@ def distances_to_bs(positions: Any, config: ChannelConfig) -> np.ndarray:
 
 
 def path_loss(distances_m: Any, config: ChannelConfig) -> np.ndarray:
-  """Linear large-scale power gain, eq. (39) of paper 001 (note 2.3 [R+]):
+  """Linear large-scale power gain, eq. (39) of LAPA ([R+]):
 
     PL_i = G_BS G_D (c / (4 pi f_c d_i))^alpha_PL,  c = 3e8 m/s,
 
   with G_BS, G_D converted from dBi. With the defaults (5 dBi, 0 dBi, 915 MHz, 3.76) it is
-  -114.8 dB at 40 m and -137.4 dB at 160 m (note Sec. 3).
+  -114.8 dB at 40 m and -137.4 dB at 160 m (our geometry).
 
   Args:
     distances_m: ``[N]`` distances in metres, finite and > 0.
@@ -280,7 +280,7 @@ def path_loss(distances_m: Any, config: ChannelConfig) -> np.ndarray:
 
 def rayleigh_channels(path_loss: Any, num_antennas: int, seed: RngLike) -> np.ndarray:
   """Block-fading Rayleigh channels h_i = sqrt(PL_i) hbar_i, hbar_i ~ CN(0, I_M)
-  (note 001 Sec. 2.3 [D]; drawn once, fixed for the whole run).
+  ([D]; drawn once, fixed for the whole run).
 
   Args:
     path_loss: float ``[N]`` linear path-loss gains (>= 0), e.g. from `path_loss`.
@@ -305,7 +305,7 @@ def rayleigh_channels(path_loss: Any, num_antennas: int, seed: RngLike) -> np.nd
 
 
 def channel_gains(h: Any) -> np.ndarray:
-  """||h_i||^2, the MRC receive gain of each device (eq. 6 with v_i = h_i, note 2.3 [R?]).
+  """||h_i||^2, the MRC receive gain of each device (eq. 6 with v_i = h_i, [R?]).
 
   Args:
     h: complex ``[N, M]`` channels.
@@ -356,7 +356,7 @@ def make_uplink(config: Optional[ChannelConfig] = None, seed: RngLike = 0) -> Up
   ``make_uplink(c, s).positions == device_positions(c, s)``).
 
   Args:
-    config: a `ChannelConfig` (default: the note's defaults).
+    config: a `ChannelConfig` (default: our defaults).
     seed: a non-negative int or a ``np.random.Generator``.
 
   Returns:
@@ -376,7 +376,7 @@ def make_uplink(config: Optional[ChannelConfig] = None, seed: RngLike = 0) -> Up
 
 
 def snr(powers_w, gains, noise_w):
-  """Post-SIC SNR with an MRC receiver, eq. (6) of paper 001 (note 2.3 [R?]):
+  """Post-SIC SNR with an MRC receiver, eq. (6) of LAPA ([R?]):
 
     gamma_i = p_i ||h_i||^2 / sigma_z^2.
 
@@ -425,7 +425,7 @@ def _check_snr_values(name: str, value: np.ndarray) -> None:
 
 
 def symbol_error_rate(snr, modulation: str = "bpsk"):
-  """Symbol error rate at linear SNR gamma over AWGN (note 001 2.7 and 9 C6 [D]):
+  """Symbol error rate at linear SNR gamma over AWGN ([D]):
 
   * BPSK: Q(sqrt(2 gamma)) = 0.5 erfc(sqrt(gamma));
   * QPSK: 2 Q(sqrt(gamma)) - Q(sqrt(gamma))^2, Q(x) = 0.5 erfc(x / sqrt(2)).
@@ -460,7 +460,7 @@ def symbol_error_rate(snr, modulation: str = "bpsk"):
 def snr_for_ser(ser: float, modulation: str = "bpsk") -> float:
   """The linear SNR threshold whose SER equals ``ser``: the inverse of
   `symbol_error_rate` (closed form with erfcinv), so that an SER threshold of the
-  experiments maps to the gamma_th of eq. (22) (note 2.7 [T]).
+  experiments maps to the gamma_th of eq. (22) ([T]).
 
   * BPSK: gamma = erfcinv(2 SER)^2;
   * QPSK: q = 1 - sqrt(1 - SER), gamma = 2 erfcinv(2 q)^2.
@@ -489,7 +489,7 @@ def snr_for_ser(ser: float, modulation: str = "bpsk") -> float:
 
 def symbol_scale(clip_norm: float, dim: int) -> float:
   """kappa = C / sqrt(d): gradients are transmitted as symbols x_i = g_i / kappa, so a
-  clipped gradient (norm <= C) has mean symbol power <= 1 (note 001 9 C2 [D]).
+  clipped gradient (norm <= C) has mean symbol power <= 1 ([D]).
 
   Args:
     clip_norm: C (> 0).
@@ -511,7 +511,7 @@ def decoded_noise_std(snr, kappa):
 
     sigma_c,i = kappa / sqrt(gamma_i)
 
-  (note 001 2.3 [R+]: per-symbol variance 1 / gamma_i; 9 C2: times kappa; 9 C3: per real
+  ([R+]: per-symbol variance 1 / gamma_i; [D]: times kappa, per real
   coordinate). gamma = inf (ideal channel) gives 0, gamma = 0 gives inf.
 
   Args:
@@ -536,8 +536,8 @@ def decoded_noise_std(snr, kappa):
 
 
 def add_channel_noise(key: jax.Array, received, std) -> jax.Array:
-  """Adds the decoded channel noise: y_i = x_i + sigma_c,i * N(0, I_d) (note 001
-  Algorithm 1 line 12; eq. 4 after SIC/MRC decoding).
+  """Adds the decoded channel noise: y_i = x_i + sigma_c,i * N(0, I_d)
+  (Algorithm 1 line 12; eq. 4 after SIC/MRC decoding).
 
   Device i's noise uses ``jax.random.fold_in(key, i)``, so it does not depend on the other
   devices. Pure jnp, jit-compatible.
@@ -566,7 +566,7 @@ def add_channel_noise(key: jax.Array, received, std) -> jax.Array:
 
 
 def select_devices(ser, threshold: Optional[float]):
-  """SER-threshold selection, eq. (22) in its SER form (note 001 2.7 [T]):
+  """SER-threshold selection, eq. (22) in its SER form ([T]):
   S = {i : SER_i <= threshold}, equivalent to gamma_i >= gamma_th with
   gamma_th = `snr_for_ser`(threshold). A stricter (smaller) threshold never adds devices.
 

@@ -1,28 +1,40 @@
-"""DDPG transmit-power optimisation of paper 001 (LAPA, Sun et al., arXiv 2505.19823,
-Sec. IV-C, eqs. 29-36; the implementation note's Algorithm 3, section 2.12), with the
-random-search and uniform-grid baselines of the note's section 9 D5.
+"""DDPG transmit-power optimisation of LAPA (Sun et al., arXiv 2505.19823, Sec. IV-C,
+eqs. 29-36) as Algorithm 3, our numbered reconstruction of the paper's description:
 
-The environment is the analytic surrogate of the note (section 2.12, [D]): an objective
+  1   initialise the actor, the critic, their targets (equal to them), a replay buffer;
+  2   for each episode:
+  3     start from the powers p = P_max / 2;
+  4     for each step:
+  5       act: a = clip(mu(s) + exploration noise, 0, P_max) (eqs. 30, 32);
+  6       evaluate T_th(a) (eq. 23) and Phi(a) (eq. 24);
+  7       reward r = -Phi(a) (eq. 31) and the next state (eq. 29);
+  8       store the transition in the replay buffer;
+  9       sample a minibatch: critic step (eqs. 33-34), actor step (eq. 35);
+  10      soft-update the targets (eq. 36);
+
+with random-search and uniform-grid baselines ([D]).
+
+The environment is an analytic surrogate ([D]): an objective
 ``objective_fn(powers [..., N]) -> Phi [...]`` (the bound of Theorem 1, eq. 24, built by
 `fedjax_dp.algorithms.lapa.bound.make_objective` from a recorded artificial-noise
 schedule) and ``switch_fn(powers [..., N]) -> T_th [...]`` (eq. 23). Both must be pure
 jnp so that a whole episode (actions, environment, replay buffer, updates) runs inside
 one ``jax.lax.scan``.
 
-MDP (note 2.10 and 9 D4/D5, [R+] with [D] normalisation):
+MDP (Sec. IV-B/C, [R+] with [D] normalisation):
   * state (eq. 29): ``s = [p_prev / P_max (N), T_th / T, Phi / Phi_ref]``, dimension
     N + 2; after action a: ``s' = [a / P_max, T_th(a) / T, Phi(a) / Phi_ref]``;
   * action (eq. 30): powers ``a = mu(s) in [0, P_max]^N`` (actor output sigmoid * P_max);
   * exploration (eq. 32): ``a = clip(mu(s) + N(0, (std P_max)^2 I), 0, P_max)`` with std
     decaying linearly from ``explore_std`` to ``explore_std_final`` over training;
   * reward (eq. 31): ``r = -Phi(a) / Phi_ref`` with ``Phi_ref = Phi(P_max / 2 * 1)``,
-    capped at ``-reward_clip`` (Phi = inf at zero power, note D4 [D]); option
-    ``reward="log"``: ``r = -log(Phi(a) / Phi_ref)`` (note D4's alternative), which
+    capped at ``-reward_clip`` (Phi = inf at zero power, [D]); option
+    ``reward="log"``: ``r = -log(Phi(a) / Phi_ref)`` (our alternative), which
     trains a markedly better final policy on the bound of eq. (24);
   * critic target (eq. 33) ``y = r + gamma Q'(s', mu'(s'))``, critic MSE (eq. 34),
     deterministic policy gradient (eq. 35), soft target updates (eq. 36).
-  The problem is static (block fading, channels fixed), so it is effectively a bandit
-  (note 9 D5); every episode restarts from ``p = P_max / 2`` (Algorithm 3 line 3).
+  The problem is static (block fading, channels fixed), so it is effectively a bandit;
+  every episode restarts from ``p = P_max / 2`` (Algorithm 3 line 3).
 
 Units: powers in watts (the unit of ``p_max``), Phi in loss units.
 """
@@ -60,7 +72,7 @@ REWARDS = ("ratio", "log")
 
 @dataclasses.dataclass(frozen=True)
 class DdpgConfig:
-  """DDPG hyper-parameters (paper 001 gives none; defaults from the note's section 4,
+  """DDPG hyper-parameters (the paper gives none; our defaults,
   [D]).
 
   Attributes:
@@ -80,8 +92,8 @@ class DdpgConfig:
     reward_clip: cap on ``Phi / Phi_ref`` in rewards and states ([D]: Phi is inf at
       zero power and ~1/p near it; with a cap of 1e3 the ratio reward left the actor
       stuck at near-zero powers, with 10 it does not).
-    reward: ``"ratio"``: ``r = -Phi / Phi_ref`` (eq. 31 normalised, note 9 D4, the
-      default); ``"log"``: ``r = -log(Phi / Phi_ref)`` (the note's alternative, better
+    reward: ``"ratio"``: ``r = -Phi / Phi_ref`` (eq. 31 normalised, [D], the
+      default); ``"log"``: ``r = -log(Phi / Phi_ref)`` (our alternative, better
       conditioned: on a 15-device bound its final policy was within 2-14% of the best
       action seen, against 50-300% for "ratio"); the same transform is the last state
       entry.
@@ -243,7 +255,7 @@ class DdpgAgent:
 
 
 def soft_update(target, online, tau):
-  """Soft target update ``theta' <- tau theta + (1 - tau) theta'`` (paper 001, eq. 36)
+  """Soft target update ``theta' <- tau theta + (1 - tau) theta'`` (LAPA, eq. 36)
   on matching pytrees (``optax.incremental_update``). ``tau = 1`` copies ``online``;
   ``tau = 0`` keeps ``target``."""
   return optax.incremental_update(online, target, tau)
@@ -411,7 +423,7 @@ def _check_env(num_devices, p_max, config):
 def train_ddpg(objective_fn: Callable[[Any], Any], switch_fn: Callable[[Any], Any],
                num_devices: int, p_max: float, config: Optional[DdpgConfig] = None, *,
                switch_scale: Optional[float] = None) -> DdpgResult:
-  """DDPG power optimisation, Algorithm 3 of the note (paper 001 Sec. IV-C, eqs. 29-36).
+  """DDPG power optimisation, Algorithm 3 (LAPA Sec. IV-C, eqs. 29-36).
 
   Each episode restarts from ``p = P_max / 2`` and runs ``steps_per_episode`` steps in
   one jitted ``jax.lax.scan``: explore (eq. 32, projection onto ``[0, P_max]``), evaluate
@@ -438,7 +450,7 @@ def train_ddpg(objective_fn: Callable[[Any], Any], switch_fn: Callable[[Any], An
   Raises:
     FedJaxDpError: bad ``num_devices``/``p_max``/``config``/``switch_scale``, or
       ``Phi(P_max / 2 * 1)`` not finite and > 0 (option ``objective_fn``; it is the
-      reward scale of note 9 D4).
+      reward scale).
   """
   n, p_max, cfg = _check_env(num_devices, p_max, config)
   start = time.perf_counter()
@@ -488,7 +500,7 @@ def train_ddpg(objective_fn: Callable[[Any], Any], switch_fn: Callable[[Any], An
 
 
 # --------------------------------------------------------------------------------------
-# Baselines (note 9 D5).
+# Baselines ([D]).
 
 
 def _best(objective_fn, candidates, p_max, chunk: int = 4096):
@@ -506,7 +518,7 @@ def _best(objective_fn, candidates, p_max, chunk: int = 4096):
 
 def random_search(objective_fn: Callable[[Any], Any], num_devices: int, p_max: float,
                   samples: int, key) -> Tuple[np.ndarray, float]:
-  """Baseline of note 9 D5: ``samples`` power vectors uniform on ``[0, P_max]^N``,
+  """Random-search baseline: ``samples`` power vectors uniform on ``[0, P_max]^N``,
   evaluated in chunks; returns ``(best powers float64 [N], best Phi)`` (NaN counts as
   inf).
 
@@ -521,7 +533,8 @@ def random_search(objective_fn: Callable[[Any], Any], num_devices: int, p_max: f
 
 def uniform_grid(objective_fn: Callable[[Any], Any], num_devices: int, p_max: float,
                  points: int) -> Tuple[np.ndarray, float]:
-  """Baseline of note 9 D5 (and C5's common power): the common power ``p * 1`` for
+  """Uniform-grid baseline (and the paper's "average power setting"): the common power
+  ``p * 1`` for
   ``p = P_max k / points``, ``k = 1..points`` (0 is left out: Phi = inf there); returns
   ``(best powers float64 [N], best Phi)``.
 

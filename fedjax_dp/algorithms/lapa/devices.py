@@ -1,9 +1,8 @@
-"""The IID / non-IID device mixture of paper 001 (LAPA, Sun et al., arXiv 2505.19823).
+"""The IID / non-IID device mixture of LAPA (Sun et al., arXiv 2505.19823).
 
 The paper says only that sample counts are "clearly imbalanced across devices", that
 non-IID devices have "lower label diversity", and gives mixtures such as 5 IID + 10
-non-IID devices (Fig. 6; note 001 Sec. 5 [T]). Following the note's FedAdp-style
-decision (Sec. 5 [D], 9 D1/D2):
+non-IID devices (Fig. 6 [T]). Following FedAdp's set-up, our decision ([D]):
 
 * quantity skew: device sizes drawn from a log-normal and clipped to
   [min_size, max_size] (default [300, 6000]), then scaled down if needed;
@@ -75,7 +74,7 @@ def mixture_partition(labels: Any, num_iid: int, num_non_iid: int, rng: RngLike,
                       min_size: int = 300, max_size: int = 6000,
                       total: Optional[int] = None) -> List[np.ndarray]:
   """Splits examples into ``num_iid`` IID then ``num_non_iid`` non-IID devices
-  (note 001 Sec. 5 [D], 9 D1).
+  ([D]).
 
   Sizes: s_i = clip(m exp(size_sigma z_i), min_size, max_size), z_i ~ N(0, 1), with the
   median m = sqrt(min_size max_size) (the geometric middle of the bounds). All sizes are

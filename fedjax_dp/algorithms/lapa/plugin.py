@@ -1,4 +1,4 @@
-"""Paper 001 (LAPA) in ``fedjax-dp run``: its options, the 15 devices (IID/non-IID
+"""LAPA in ``fedjax-dp run``: its options, the 15 devices (IID/non-IID
 mixture with quantity skew) in two regions around the base station, the uplink, and the
 run's guarantee (a privacy filter's bound on the artificial noise and the noisy label
 histograms) beside the realised composition, the paper's channel-noise assumption and
@@ -37,13 +37,13 @@ _ACCT = "accounting of the noise added: no client data"
 
 @dataclasses.dataclass
 class LapaOptions:
-  """Sun et al. (paper 001): LAPA per-device adaptive budgets over a wireless uplink."""
+  """Sun et al. (arXiv 2025): LAPA per-device adaptive budgets over a wireless uplink."""
   epsilon_total: float = 60.0
   """eps_T: each device's total budget under the paper's basic composition (the paper
   gives no value; Fig. 5 sweeps the initial noise level instead)"""
   allocator: allocators.Allocator = "lapa"
   """lapa (eqs. 10-16), uniform (Benchmark 3: eps_T / T every round), arb (Benchmark 4,
-  ARB-approx of the note) or none (no artificial noise)"""
+  our ARB-approx) or none (no artificial noise)"""
   aggregator: Aggregator = "wasserstein"
   """wasserstein (eqs. 20-21, Configuration 1), fedavg (Benchmark 1) or beda (FedAdp's
   angle weights, Benchmark 2)"""
@@ -57,15 +57,15 @@ class LapaOptions:
   holding a list of watts, or ddpg:PILOT/metrics.jsonl (DDPG on Theorem 1's bound with
   the artificial-noise schedule of that pilot lapa run, made with --no-switch)"""
   ddpg_episodes: int = 200
-  """DDPG episodes of --powers ddpg:... (note section 4 [D])"""
+  """DDPG episodes of --powers ddpg:... (our default)"""
   ddpg_steps: int = 50
   """DDPG steps per episode"""
   p_max_dbm: float = 20.0
-  """P_max (note section 3 [D])"""
+  """P_max (not stated in the paper; our default)"""
   noise_dbm: float = -110.0
-  """sigma_z^2, the receiver noise power (note section 3 [D])"""
+  """sigma_z^2, the receiver noise power (not stated in the paper; our default)"""
   modulation: Literal["bpsk", "qpsk"] = "bpsk"
-  """symbol mapping of the SER (note C6)"""
+  """symbol mapping of the SER (not stated in the paper)"""
   switch: bool = True
   """the dynamic noise control (eq. 23, the paper's): no artificial noise once channel
   noise alone meets every scheduled device's next budget; the channel noise is no DP
@@ -84,13 +84,13 @@ class LapaOptions:
   spends), cap (what any allocation within the paper's sum eps_i[t] <= eps_T can spend;
   never binds) or an epsilon (every device's guarantee at --delta)"""
   num_iid: int = 5
-  """IID devices (placed first; the note's default composition 5 IID + 10 non-IID)"""
+  """IID devices (placed first; the default composition 5 IID + 10 non-IID, one of the paper's)"""
   num_non_iid: int = 10
   """non-IID devices (two classes each)"""
   batch_size: int = 32
   """B: each device's minibatch per round (FedSGD: one gradient per round)"""
   learning_rate: float = 0.3
-  """eta (eq. 3; unstated: tuned on no-DP FedAvg, note A4: 0.05, 0.2, 0.5 reach 22%, 51%,
+  """eta (eq. 3; unstated: tuned on no-DP FedAvg: 0.05, 0.2, 0.5 reach 22%, 51%,
   60% on Fashion-MNIST in 60 rounds; 0.3 keeps the DP runs stable)"""
   clip_norm: float = 1.0
   """C (eq. 17)"""
@@ -118,26 +118,26 @@ class LapaOptions:
   window: int = 10
   """W: the last W global gradients the history points are drawn from"""
   error_scale: Literal["direction", "first", "clip"] = "direction"
-  """eq. 10's scalar E (note B2): direction (change of the global gradient's direction,
+  """eq. 10's scalar E (our choice): direction (change of the global gradient's direction,
   scale-free), first (||dg|| / ||g~[1]||) or clip (||dg|| / C)"""
   alpha: float = 5.0
   """Gompertz decay factor of eq. 15"""
   arb_beta: float = 0.1
   """ARB-approx's step: next budget x (1 +- beta)"""
   min_share: float = 0.5
-  """LAPA's floor: every scheduled device gets >= min_share x eps[t] (note B4's clamp)"""
+  """LAPA's floor: every scheduled device gets >= min_share x eps[t] (our clamp)"""
   ground_cost: Literal["index", "discrete"] = "index"
-  """eq. 20's ground cost between labels: index (|a - b| on the label numbers, the
-  note's) or discrete (1{a != b}: W1 is the total variation, independent of how the
+  """eq. 20's ground cost between labels: index (|a - b| on the label numbers, our
+  default) or discrete (1{a != b}: W1 is the total variation, independent of how the
   labels are numbered)"""
   channel_seed: Optional[int] = None
   """seed of the device positions and Rayleigh channels (default: the run's seed)"""
 
 
 class Lapa(FederatedAlgorithm):
-  """Paper 001 (`fedjax_dp.algorithms.lapa.algorithm.lapa`)."""
+  """LAPA (`fedjax_dp.algorithms.lapa.algorithm.lapa`)."""
   name = "lapa"
-  description = ("paper 001 (Sun et al.): LAPA per-device adaptive privacy budgets over a "
+  description = ("LAPA (Sun et al. 2025): per-device adaptive privacy budgets over a "
                  "wireless uplink, Wasserstein aggregation and the noise switch-off")
   Options = LapaOptions
   default_dataset = "fashion_mnist"
@@ -246,7 +246,7 @@ class Lapa(FederatedAlgorithm):
                  channel.dbm_to_watts(options.p_max_dbm))
 
   def prepare(self, options, run, data) -> Prepared:
-    """The note's device mixture (section 5 [D]): ``num_iid`` IID devices, then
+    """Our device mixture ([D]): ``num_iid`` IID devices, then
     ``num_non_iid`` devices with two classes each, log-normal sizes; the central test
     set is kept.
 
@@ -269,10 +269,10 @@ class Lapa(FederatedAlgorithm):
 
   def uplink(self, options, run, num_devices: int, dim: int,
              powers: Optional[np.ndarray] = None) -> Dict[str, Any]:
-    """The run's wireless uplink (note section 3 [D] geometry and constants): device
+    """The run's wireless uplink (our geometry and constants, [D]): device
     positions and Rayleigh channels fixed by ``channel_seed``, the powers, SNR (eq. 6),
     SER, the scheduled devices (eq. 22) and the decoded channel-noise SD per coordinate
-    in gradient units (kappa = C / sqrt(d), note C2; zeros on the ideal channel).
+    in gradient units (kappa = C / sqrt(d); zeros on the ideal channel).
 
     Returns:
       ``{"uplink": channel.Uplink, "powers_w", "snr", "ser", "selected",

@@ -1,13 +1,14 @@
-"""Transmit-power control of paper 001 (Sec. IV-B/C; the note's Algorithm 3 with its
-surrogate environment, section 2.12 [D]): the artificial-noise schedule sigma_i[t] of a
-pilot run (recorded without the switch) fixes Theorem 1's bound Phi(p) (eq. 24) as a
-function of the powers alone; DDPG (`fedjax_dp.algorithms.lapa.ddpg`) minimises it over
-[0, P_max]^N; a uniform grid over a common power is the sanity baseline (note D5).
+"""Transmit-power control of LAPA (Sec. IV-B/C; Algorithm 3 of
+`fedjax_dp.algorithms.lapa.ddpg` with its surrogate environment, [D]): the
+artificial-noise schedule sigma_i[t] of a pilot run (recorded without the switch) fixes
+Theorem 1's bound Phi(p) (eq. 24) as a function of the powers alone; DDPG
+(`fedjax_dp.algorithms.lapa.ddpg`) minimises it over [0, P_max]^N; a uniform grid over a
+common power is the sanity baseline.
 
-Theorem 1's constants are not the CNN's (it is not strongly convex); the note's D4
-takes nominal ones: L = 2 and mu = 0.01 here (with eta = 0.3, eq. 27 needs
+Theorem 1's constants are not the CNN's (it is not strongly convex); we take nominal
+ones ([D]): L = 2 and mu = 0.01 here (with eta = 0.3, eq. 27 needs
 eta < 2 / (L B^2), i.e. B^2 < 3.3), B = 1.2, F(w0) - F* = ln 10 (ten classes), d the
-model size. The bound is a heuristic objective for the power optimiser, as the note says.
+model size. The bound is a heuristic objective for the power optimiser.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 from fedjax_dp.algorithms.lapa import bound, ddpg
 from fedjax_dp.validation import FedJaxDpError
 
-#: Nominal constants of Theorem 1 for the power optimiser (note D4 [D]).
+#: Nominal constants of Theorem 1 for the power optimiser ([D]).
 NOMINAL = dict(mu=0.01, lipschitz=2.0, b=1.2, initial_gap=math.log(10.0))
 
 
@@ -104,7 +105,7 @@ def optimise_powers(sigma_art, gains, noise_power: float, kappa: float, rho, sel
       C / sqrt(d); rho: ``[N]`` aggregation weights; selected: bool ``[N]``;
       eta: the learning rate; dim: d; p_max: P_max in watts.
     config: a `ddpg.DdpgConfig` (default: its defaults with ``reward="log"``, the better
-      conditioned reward of the note's D4).
+      conditioned reward).
 
   Returns:
     ``{"powers_w": [N] DDPG's best, "phi": Phi of it, "switch_round": T_th of it,

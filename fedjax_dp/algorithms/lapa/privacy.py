@@ -1,7 +1,7 @@
-"""LAPA's privacy pieces (paper 001, issue 30): the sensitivity the round's clipping
+"""LAPA's privacy pieces: the sensitivity the round's clipping
 enforces (`provable_sensitivity`), the devices' noisy label histograms and the
 Wasserstein statistics computed from them (`label_histograms`, `project_histograms`,
-`label_statistics`: F2, the aggregator's weights from a release the guarantee covers),
+`label_statistics`: the aggregator's weights from a release the guarantee covers),
 and the privacy filter's per-device budgets fixed before training (`upload_budgets`:
 F4, fully adaptive composition of the adaptively chosen Gaussian uploads). The round
 that uses them is `fedjax_dp.algorithms.lapa.algorithm`."""

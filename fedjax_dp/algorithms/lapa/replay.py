@@ -1,4 +1,4 @@
-"""The replay buffer of LAPA's DDPG power optimisation (paper 001, Algorithm 3 line 8;
+"""The replay buffer of LAPA's DDPG power optimisation (Algorithm 3 line 8;
 `fedjax_dp.algorithms.lapa.ddpg`): a ring buffer of transitions as fixed-size jnp
 arrays, written and sampled inside the jit-compiled episode."""
 

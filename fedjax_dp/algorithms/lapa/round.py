@@ -1,4 +1,4 @@
-"""LAPA's compiled round, stage by stage (the note's Algorithm 1; what each line does and
+"""LAPA's compiled round, stage by stage (Algorithm 1; what each line does and
 what it releases is stated in `fedjax_dp.algorithms.lapa.algorithm`'s docstring): its
 hyper-parameters (`LapaHParams`), state (`LapaState`), static structure (`LapaConfig`),
 `make_round` and `initial_state`. Every stage is a pure jnp function of the round's
@@ -122,10 +122,10 @@ class LapaConfig:
     batch_size: B >= 1, each device's minibatch per round.
     switch: the dynamic noise control of eq. 23 (off: artificial noise throughout).
     beda_alpha: FedAdp's Gompertz alpha (BEDA only).
-    error_scale: how eq. 10's vector difference becomes the scalar E (note B2 [D]):
+    error_scale: how eq. 10's vector difference becomes the scalar E ([D]):
       ``"direction"`` (default): E = ||g~[i_s]/||g~[i_s]|| - g~[i_s-1]/||g~[i_s-1]||||,
       the change of the global gradient's direction, in [0, 2]; ``"first"``:
-      E = ||g~[i_s] - g~[i_s-1]|| / ||g~[1]||; ``"clip"``: ... / C (the note's first
+      E = ||g~[i_s] - g~[i_s-1]|| / ||g~[1]||; ``"clip"``: ... / C (our first
       choice). With magnitudes (first, clip) the feedback is unstable under DP noise:
       noisier rounds give larger differences, a larger e, a smaller eps and more noise
       (measured: e[t] in the thousands, exp(-e) = 0 and rounds with no budget); the
@@ -350,7 +350,7 @@ def next_budgets(config: LapaConfig, alloc, t, z_err, global_grad, received, sel
   z_err = jnp.where(t == 1, g_norm, z_err)
   if acfg.kind != "lapa" or config.error_scale == "clip":
     inv = jnp.float32(1.0)                       # ARB compares raw norms
-  elif config.error_scale == "first":            # units of ||g~[1]|| (note B2)
+  elif config.error_scale == "first":            # units of ||g~[1]||
     inv = 1.0 / jnp.where(z_err > 0, z_err, 1.0)
   else:                                          # "direction": unit global gradients
     inv = 1.0 / jnp.where(g_norm > 0, g_norm, 1.0)
@@ -387,7 +387,7 @@ def round_privacy(hp: LapaHParams, up: Uploads, label_inc, switched, eps) -> Rou
   ch_inc = jnp.where(up.active, (hp.sensitivity / jnp.maximum(total_sd, 1e-30)) ** 2, 0.0)
   z_channel = _z_of_rho(ch_inc + label_inc)        # the paper's channel assumption
   z_cond = jnp.where(up.active, total_sd / hp.paper_sensitivity, jnp.inf)
-  # the paper's claim after the switch: c Delta_s / sigma_c <= eps_i[t] (note 8.9)
+  # the paper's claim after the switch: c Delta_s / sigma_c <= eps_i[t]
   eff = hp.gaussian_constant * hp.paper_sensitivity / jnp.maximum(hp.channel_std, 1e-30)
   violation = switched & up.active & (eff > eps * (1.0 + 1e-6))
   return RoundPrivacy(z, z_channel, z_cond, violation)
@@ -443,7 +443,7 @@ def round_metrics(config: LapaConfig, hp: LapaHParams, r, aux: LapaState, eps,
 
 def make_round(config: LapaConfig, model, num_devices: int, dim: int
                ) -> Callable[..., Tuple[ServerState, RoundMetrics]]:
-  """The compiled-round function of the note's Algorithm 1 (`algorithm`'s docstring).
+  """The compiled-round function of Algorithm 1 (`algorithm`'s docstring).
 
   Args:
     config: a `LapaConfig`.

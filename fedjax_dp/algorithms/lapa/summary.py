@@ -1,4 +1,4 @@
-"""What a LAPA run (paper 001) adds to summary.json and prints: the guarantee (the
+"""What a LAPA run adds to summary.json and prints: the guarantee (the
 privacy filter's bound on the artificial noise and the noisy label histograms) beside
 the realised composition, the paper's channel-noise assumption, its conditional
 sensitivity and its basic-composition budget, each labelled as what it is
@@ -91,7 +91,7 @@ def _switch_round(records: Sequence[Record]) -> Optional[int]:
   noise, or None."""
   switched = [r["switch_round"] for r in records if r.get("switch_round")]
   return int(switched[-1]) if switched else (
-      int(records[-1]["round"]) + 1 if records[-1].get("switched") else None)
+      int(records[-1]["round"]) if records[-1].get("switched") else None)
 
 
 def _paper_budget_fields(c: Dict[str, Any], records: Sequence[Record]) -> Dict[str, Any]:
@@ -250,7 +250,7 @@ def describe(s: Dict[str, Any]) -> List[str]:
   if s.get("epsilon_paper") is not None:
     sw = s.get("switch_round")
     lines.append(
-        f"paper 001's own budget (basic composition): {s['epsilon_paper']:.3g} "
+        f"the paper's own budget (basic composition): {s['epsilon_paper']:.3g} "
         f"(delta {s['delta_paper']:.2g}); switch-off round T_th: "
         f"{sw if sw else 'none'}")
   return lines

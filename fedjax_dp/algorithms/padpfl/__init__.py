@@ -1,4 +1,4 @@
-"""PADPFL (paper 000): Talaei and Izadi, "Enhancing Federated Learning with Adaptive
+"""PADPFL: Talaei and Izadi, "Enhancing Federated Learning with Adaptive
 Differential Privacy and Priority-Based Aggregation" (arXiv:2406.18491), with the
 primitives only this paper uses.
 

@@ -1,8 +1,9 @@
 """PADPFL: priority-based aggregation with adaptive differential privacy.
 
 Talaei and Izadi, "Enhancing Federated Learning with Adaptive Differential Privacy and
-Priority-Based Aggregation" (paper 000 in ../shared/papers; equation numbers are the
-paper's, line numbers those of the implementation note's pseudocode, section 3.7).
+Priority-Based Aggregation" (arXiv:2406.18491, 2024; equation numbers are the paper's;
+line numbers are those of our numbered restatement of its algorithm: lines 12-14 local
+training, 15 weight clipping, 16 client noise, 18-19 aggregation and server noise).
 
 NbAFL (Wei et al. 2020) with non-uniform, possibly time-varying aggregation weights
 ("impact factors") p_i. Every client trains locally on a FedProx objective anchored at
@@ -10,7 +11,7 @@ the received noisy model, clips its *weights* to ``||x_i|| <= B``, adds Gaussian
 of one common SD sigma_C (eq. 8) and uploads; the server averages with weights p and
 adds sigma_S (eq. 13) so that the broadcast model carries total noise sigma_A. Every
 client takes part in every round (no sampling). The non-private mode has no clipping
-and no noise (note A12).
+and no noise (our reading of the paper's "non-private mode").
 
 Mapping onto the engine (`fedjax_dp.federated.round`): the client's final weights are
 clipped by ``ClientHParams.final_param_clip_norm = B``; the round adds local noise of
@@ -73,12 +74,13 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
            sensitivity_mode: str = "paper", grad_clip_norm: Optional[float] = None,
            chunk_size: Optional[int] = None, mesh=None,
            observed_client: Optional[int] = None) -> Algorithm:
-  """PADPFL (note section 3.7) instantiated for one dataset and model.
+  """PADPFL instantiated for one dataset and model.
 
   Args:
     model: a `fedjax_dp.models.Model` (the paper's: an MLP with one ReLU hidden layer).
     data: `FederatedData` (or anything with ``num_clients``, ``max_examples`` and
-      ``counts``); m_min = ``min_i counts[i]`` over all N clients (note A7).
+      ``counts``); m_min = ``min_i counts[i]`` over all N clients (the paper's
+      literal "for all i").
     impact_factors: p, float ``[N]`` (fixed) or ``[T, N]`` (row ``t - 1`` is
       ``p^(t)``, the weights of aggregation round t; Sec. V, eq. 51); entries in
       [0, 1], every row summing to 1 (eq. 2). See `fedjax_dp.algorithms.padpfl.impact_factors`
@@ -86,15 +88,15 @@ def padpfl(model, data, *, impact_factors: Any, epsilon: float = 5.0, delta: flo
     epsilon, delta: the calibration target of eqs. (8) and (13) (epsilon > 0,
       delta in (0, 1); the paper: delta = 0.01, epsilon in {5, 20}).
     rounds: T, aggregation rounds (>= 1); a ``[T, N]`` schedule must have T rows.
-    exposures: R, the uploads an adversary may see, 1 <= R <= T (note A4: 1).
+    exposures: R, the uploads an adversary may see, 1 <= R <= T (unstated; our default 1).
     clip_bound: B > 0, the bound on each client's weight norm (unstated in the paper;
-      note A3: about the norm of the non-private local models, ~20 for 784-256-10).
+      our choice: about the norm of the non-private local models, ~20 for 784-256-10).
     learning_rate: local SGD step size (the paper: 0.02).
-    local_steps: tau local steps per round (unstated; note A1: 10 full-batch steps).
+    local_steps: tau local steps per round (unstated; our default: 10 full-batch steps).
     batch_size: local minibatch size; None = the full local dataset (the DP
       derivation's "batch size equal to the local dataset size").
-    prox_mu: FedProx mu >= 0 (eqs. 4, 30; unstated, note A2: 0.01; 0 = FedAvg).
-    private: False = the non-private mode (no clipping, no noise; note A12).
+    prox_mu: FedProx mu >= 0 (eqs. 4, 30; unstated, our default 0.01; 0 = FedAvg).
+    private: False = the non-private mode (no clipping, no noise).
     sensitivity_mode: ``"paper"`` or ``"clipped_gradients"`` (module docstring).
     grad_clip_norm: G > 0, the per-example gradient clip norm; required with
       ``"clipped_gradients"``.
@@ -209,7 +211,7 @@ def _privacy_statement(sampler: FixedSizeSampler, config: RoundConfig, b: float,
       population_size=n, cohort_size=n, clip_norm=b,
       observation=round_observation(config),  # each upload with its sender
       clipped="each client's final weights (B)",
-      note=("paper 000 (PADPFL): weights clipped to B, client noise sigma_C (eq. 8) on "
+      note=("PADPFL: weights clipped to B, client noise sigma_C (eq. 8) on "
             "every upload, server noise sigma_S (eq. 13); the ledger composes every "
             f"round's upload (all T uploads seen) with z = sigma_C / Delta, Delta = "
             f"{sens.guarantee:.4g} ("

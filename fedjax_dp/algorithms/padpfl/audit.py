@@ -1,4 +1,4 @@
-"""Canary-audit targets of paper 000's PADPFL: its worlds and deliberate breaks
+"""Canary-audit targets of PADPFL: its worlds and deliberate breaks
 (``fedjax-dp audit --algorithm padpfl``), returned by `Padpfl.audit_targets` and
 collected by `fedjax_dp.algorithms.audit_targets`. The shared pieces (`Target`, the
 delta, the common breaks, the replace-one worlds) are
@@ -6,7 +6,7 @@ delta, the common breaks, the replace-one worlds) are
 
 Real local training, the canary is one example. The break besides the common ones:
 ``paper-sensitivity`` (accounted with the paper's assumed sensitivity 2B/m_min, which
-unclipped local training does not enforce, issue 13, 1c).
+unclipped local training does not enforce).
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def _padpfl_setup(brk: str, mode: str, epsilon: float) -> Setup:
 
 
 def targets() -> List[Target]:
-  """Paper 000's audit targets."""
+  """PADPFL's audit targets."""
   return [
     Target("padpfl/paper", "padpfl",
            "record-level, replace-one, every client, sensitivity 2B",

@@ -1,6 +1,6 @@
-"""Impact factors: the aggregation weights ``p`` of PADPFL (paper 000), as host data.
+"""Impact factors: the aggregation weights ``p`` of PADPFL, as host data.
 
-Paper 000 (Talaei & Izadi, arXiv:2406.18491) aggregates ``x = sum_i p_i x~_i``
+PADPFL (Talaei & Izadi, arXiv:2406.18491) aggregates ``x = sum_i p_i x~_i``
 (Eq. 3/11) with weights ("impact factors") that satisfy Eq. (2),
 ``sum_i p_i = 1, 0 <= p_i <= 1``, and may change over time as
 ``p^(t+1) = p^(t) + alpha^(t)`` with ``sum_i alpha_i^(t) = 0``, ``|alpha_i^(t)| <= 1``
@@ -15,7 +15,7 @@ Paper 000 (Talaei & Izadi, arXiv:2406.18491) aggregates ``x = sum_i p_i x~_i``
 * `constant_impact_factors`, `piecewise_schedule`, `schedule_from_callable`,
   `switch_schedule`: time-varying weights as a float64 array ``[T, N]`` whose row
   ``t - 1`` is ``p^(t)``, the weights used by aggregation round ``t`` (the proofs
-  aggregate ``x~^(t+1)`` with ``p^(t+1)``; the note's A10).
+  aggregate ``x~^(t+1)`` with ``p^(t+1)``).
 * `check_impact_factor_schedule`: validates a schedule, including Eq. (51).
 * `redistribute_dropped`: a client that cannot synchronise gives its weight to the
   others for that round (Sec. V).
@@ -42,14 +42,14 @@ __all__ = [
 
 #: Tolerance on ``|sum p - 1|``.
 SUM_ATOL = 1e-6
-#: Scenario 4 of paper 000: data quality (and p) change after the 10-th aggregation.
+#: Scenario 4 of PADPFL: data quality (and p) change after the 10-th aggregation.
 SCENARIO4_SWITCH_AFTER = 10
 
 Ratios = Union[str, Sequence[float], np.ndarray]
 
 
 def uniform(num_clients: int) -> np.ndarray:
-  """Equal impact factors ``p_i = 1 / N`` ("identical p_i" in paper 000).
+  """Equal impact factors ``p_i = 1 / N`` ("identical p_i" in the paper).
 
   Args:
     num_clients: N >= 1 (int).
@@ -65,7 +65,7 @@ def uniform(num_clients: int) -> np.ndarray:
 
 
 def data_size(counts: Any) -> np.ndarray:
-  """Data-size weights ``p_i = m_i / sum_j m_j`` (FedAvg's choice; paper 000, Sec. I).
+  """Data-size weights ``p_i = m_i / sum_j m_j`` (FedAvg's choice; PADPFL, Sec. I).
 
   Args:
     counts: ``[N]`` non-negative example counts (ints or floats), not all zero.
@@ -162,7 +162,7 @@ def from_part_ratios(ratios: Ratios, part_of_client: Any) -> np.ndarray:
   """Per-client impact factors from per-part ratios (the paper's "a-b-c" notation).
 
   ``p_i = r_{part(i)} / sum_k n_k r_k``, where ``n_k`` is the number of clients in
-  part ``k`` (note 000, section 3.8; checked against the captions of Figs. 3, 5,
+  part ``k`` (our reading of Sec. VI, checked against the captions of Figs. 3, 5,
   7 and 9). With 20/20/20 clients, "0-1-2" gives (0, 1/60, 1/30) and "1-3-5"
   gives (1/180, 1/60, 1/36); with 20/35/5, "0-2-1" gives (0, 2/75, 1/75).
 
@@ -389,10 +389,10 @@ def schedule_from_callable(fn: Callable[[int], Any], rounds: int) -> np.ndarray:
 def switch_schedule(part_of_client: Any, before: Ratios = "0-1-2", after: Ratios = "2-1-0",
                     switch_after: int = SCENARIO4_SWITCH_AFTER,
                     rounds: int = 30) -> np.ndarray:
-  """Paper 000's scenario-4 adaptive weights: one ratio, then another.
+  """PADPFL's scenario-4 adaptive weights: one ratio, then another.
 
   Aggregations ``t = 1 .. switch_after`` use ``before`` and ``t = switch_after + 1
-  .. rounds`` use ``after`` (note 000, section 3.8 end and A10: 0-1-2 for t <= 10,
+  .. rounds`` use ``after`` (0-1-2 for t <= 10,
   2-1-0 for 10 < t <= 30, Fig. 9 caption). As Eq. (51): ``alpha = 0`` except at
   the switch, where it is ``p_after - p_before``.
 
@@ -470,7 +470,7 @@ def from_spec(spec: str, part_of_client: Any, rounds: int, counts: Any = None,
 def redistribute_dropped(p: Any, dropped_mask: Any) -> np.ndarray:
   """Gives the weight of clients that drop out of a round to the remaining clients.
 
-  Paper 000, Sec. V: if client k cannot synchronise, "the server can distribute
+  PADPFL, Sec. V: if client k cannot synchronise, "the server can distribute
   p_k among counterpart clients for that iteration". The dropped weight is spread
   proportionally to the remaining clients' own weights, so the result is
   ``p_i / sum_{j kept} p_j`` for kept clients and 0 for dropped ones; if every

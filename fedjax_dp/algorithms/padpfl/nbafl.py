@@ -1,6 +1,6 @@
 """NbAFL-style classical-Gaussian noise calibration, as used by PADPFL.
 
-PADPFL (paper 000: Talaei & Izadi, "Enhancing Federated Learning with Adaptive
+PADPFL (Talaei & Izadi, "Enhancing Federated Learning with Adaptive
 Differential Privacy and Priority-Based Aggregation", arXiv:2406.18491) extends
 NbAFL (Wei et al., "Federated Learning with Differential Privacy: Algorithms and
 Performance Analysis", IEEE TIFS 2020) to non-uniform aggregation weights
@@ -164,7 +164,7 @@ def _check_p_schedule(p_schedule: Any, name: str = "p_schedule") -> np.ndarray:
 def gaussian_constant(delta: float) -> float:
   """The classical Gaussian-mechanism constant ``c = sqrt(2 ln(1.25 / delta))``.
 
-  Paper 000, Sec. II-B (Dwork & Roth, Thm. A.1): adding ``N(0, sigma^2)`` with
+  PADPFL, Sec. II-B (Dwork & Roth, Thm. A.1): adding ``N(0, sigma^2)`` with
   ``sigma >= c Delta / epsilon`` is (epsilon, delta)-DP for ``epsilon in (0, 1)``.
   ``delta = 0.01`` gives ``c = 3.107511``.
 
@@ -225,7 +225,7 @@ def total_noise_stddev(clip_bound: float, rounds: int, max_impact: float,
                        min_dataset_size: int, epsilon: float, delta: float) -> float:
   """Required total SD of the broadcast noise, ``sigma_A = 2 B T c max p / (m_min epsilon)``.
 
-  Proof of Thm. 1 of paper 000: the downlink sensitivity (Eq. 10),
+  Proof of Thm. 1 of PADPFL: the downlink sensitivity (Eq. 10),
   ``2 B max p / m_min``, times ``T c / epsilon``.
 
   Args:
@@ -421,7 +421,7 @@ def nominal_privacy(epsilon: float, delta: float) -> NominalPrivacy:
   return NominalPrivacy(
       epsilon=eps, delta=d, mechanism=MECHANISM_LABEL,
       scope=("record-level, replace-one (Eq. 7), per channel: the uplink over R revealed "
-             "uploads, the downlink over T broadcasts (paper 000, Thm. 1)"),
+             "uploads, the downlink over T broadcasts (PADPFL, Thm. 1)"),
       within_proven_range=eps < 1.0)
 
 
@@ -523,7 +523,7 @@ def accountant_epsilon(p: Any, clip_bound: float, rounds: int, exposures: int,
 
   The noise is calibrated with Eqs. (8) and (13) to the target (epsilon, delta);
   this composes the resulting Gaussian releases with ``dp_accounting`` instead of
-  the paper's linear scaling (note section 3.9):
+  the paper's linear scaling:
 
   * uplink: one client's upload ``x_i + N(0, sigma_C^2)`` with sensitivity
     ``2B / m_min`` (Eq. 7, the worst client), so

@@ -1,4 +1,4 @@
-"""Paper 000 in ``fedjax-dp run``: its options, the scenario's clients (built from an
+"""PADPFL in ``fedjax-dp run``: its options, the scenario's clients (built from an
 image dataset, with the data change of scenario 4), the per-round impact factors and
 noise levels, and the paper's epsilons beside the accountant's."""
 
@@ -28,7 +28,7 @@ __all__ = ["PadpflOptions", "PhaseController", "Padpfl"]
 
 @dataclasses.dataclass
 class PadpflOptions(SensitivityOptions):
-  """Talaei and Izadi (paper 000): impact factors with client and server noise."""
+  """Talaei and Izadi (arXiv 2024): impact factors with client and server noise."""
   epsilon: float = 20.0
   """the epsilon its eqs. (8) and (13) calibrate the noise for (the paper: 5 or 20)"""
   scenario: Literal[1, 2, 3, 4] = 1
@@ -41,7 +41,7 @@ class PadpflOptions(SensitivityOptions):
   clip_bound: float = 9.0
   """B: every client's final weights are projected to norm <= B (unstated in the paper;
   9 is the median norm of non-private local models of the 784-64-10 MLP on
-  Fashion-MNIST, note A3)"""
+  Fashion-MNIST)"""
   prox_mu: float = 0.01
   """FedProx mu of the local objective (eq. 4); 0 = FedAvg"""
   local_steps: int = 10
@@ -62,7 +62,7 @@ class PhaseController(Controller):
     return schedule_hparams(self.alg.config, start, stop)
 
   def round_fields(self, record: Dict[str, Any]) -> Dict[str, Any]:
-    c, t = self.alg.config, record["round"]
+    c, t = self.alg.config, record["round"] - 1  # 0-based index of the 1-based round
     out = {"sigma_c": record["noise_stddev"], "sigma_s": record["server_noise_stddev"],
            "sigma_a": c["sigma_a"][t],                      # eqs. 8, 13, Theorem 1
            "epsilon_paper": c["epsilon"] if c["private"] else None}
@@ -76,9 +76,9 @@ class PhaseController(Controller):
 
 
 class Padpfl(FederatedAlgorithm):
-  """Paper 000 (`padpfl`)."""
+  """PADPFL (`padpfl`)."""
   name = "padpfl"
-  description = ("paper 000 (Talaei and Izadi): priority-based aggregation with client "
+  description = ("PADPFL (Talaei and Izadi 2024): priority-based aggregation with client "
                  "and server noise")
   Options = PadpflOptions
   default_dataset = "fashion_mnist"
@@ -144,7 +144,7 @@ class Padpfl(FederatedAlgorithm):
     """The scenario's 60 clients replace the dataset's partition (random parts,
     Dirichlet(1) label skew with exact client sizes, salt-and-pepper noise per part;
     the test set stays clean). A subset dataset (the 5,000-image MNIST) gets the sizes
-    scaled by 0.4 (note 000, section 6.4).
+    scaled by 0.4 (our choice, which keeps the scenarios' proportions).
 
     Raises:
       FedJaxDpError: a dataset without images or too small for the scenario.
@@ -236,7 +236,7 @@ class Padpfl(FederatedAlgorithm):
     if s.get("epsilon_rdp_downlink") is None:
       return []
     big = lambda v: f"{v:.3f}" if v < 1e4 else f"{v:.4g}"
-    return [f"paper 000's own accounting: epsilon {s['epsilon_paper']:g} per its "
+    return [f"the paper's own accounting: epsilon {s['epsilon_paper']:g} per its "
             f"classical Gaussian calibration; the accountant (RDP) on the noise added, "
             f"with the paper's sensitivity: uplink {s['epsilon_rdp_uplink_conditional']:.3f}"
             f" over R = {s['exposures']} upload(s), "

@@ -1,6 +1,6 @@
-"""Engineered client heterogeneity for PADPFL's scenarios (paper 000, Table I).
+"""Engineered client heterogeneity for PADPFL's scenarios (PADPFL, Table I).
 
-Paper 000 (Talaei & Izadi, arXiv:2406.18491, Sec. VI) gives 60 MNIST clients,
+PADPFL (Talaei & Izadi, arXiv:2406.18491, Sec. VI) gives 60 MNIST clients,
 divided at random into three *parts*, a different data quality or quantity per
 part:
 
@@ -22,9 +22,9 @@ This module provides the pieces as host-side NumPy:
 * `SCENARIOS`: Table I as data, plus the ratios and phases the figures use;
 * `build_scenario`: all of the above for one scenario, as a `FederatedData`.
 
-The paper gives no densities; `DENSITIES` holds the note's defaults (A6), which a
+The paper gives no densities; `DENSITIES` holds our defaults, which a
 caller can override. Corruption is applied once, statically, to the stored training
-images of the clients, never to the test set (note section 6.3).
+images of the clients, never to the test set.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ __all__ = [
 ]
 
 #: Salt-and-pepper densities per named level. Not in the paper (it names the levels
-#: only); these are note 000's defaults (A6): severe 0.6, moderate 0.3, slight 0.1.
+#: only); these are our defaults: severe 0.6, moderate 0.3, slight 0.1.
 DENSITIES: Mapping[str, float] = {"none": 0.0, "slight": 0.1, "moderate": 0.3, "severe": 0.6}
 #: The level names, mildest first.
 LEVELS = ("none", "slight", "moderate", "severe")
@@ -63,7 +63,7 @@ Phase = Tuple[int, Sequence[Level]]
 
 @dataclasses.dataclass(frozen=True)
 class Scenario:
-  """One row of paper 000's Table I, with what the figures add.
+  """One row of PADPFL's Table I, with what the figures add.
 
   Attributes:
     number: 1 .. 4.
@@ -72,7 +72,7 @@ class Scenario:
     part_sizes: clients per part.
     examples_per_client: examples m_i of each client, per part. m = 150 is stated
       for scenario 1 ("identical in terms of dataset size, or m = 150"); scenarios
-      2 and 4 presumably use it as well (note 000, section 5.1).
+      2 and 4 presumably use it as well.
     noise_phases: ``((start_round, levels per part), ...)``, the salt-and-pepper
       level of each part from aggregation round ``start_round`` on (one phase
       except in scenario 4). Scenario 3 states no image noise ("none").
@@ -80,7 +80,7 @@ class Scenario:
       ratio of the private-mode figure (Figs. 3, 5, 7, 9), in the paper's "a-b-c"
       notation (see `fedjax_dp.algorithms.padpfl.impact_factors.from_part_ratios`).
     nonprivate_ratios: the non-private sweep of Figs. 2, 4, 6, 8. The paper names
-      only some curves; the others are note 000's recommendation (section 8.2).
+      only some curves; the others are our choice.
       "1-1-1" is equal p; ``"0-1-2>2-1-0"`` is the adaptive switch of scenario 4.
     figures: (non-private figure, private figure) numbers.
     rounds: T = 30 aggregation rounds.
@@ -298,7 +298,7 @@ def corruption_at(round_t: int, part_of_client: Any, phases: Sequence[Phase],
 
   Scenario 4 (``SCENARIOS[4].noise_phases``): rounds 1..10 give part 1 severe,
   part 3 slight; rounds 11..30 give part 1 slight, part 3 severe (the local
-  training of round 11 already uses the new data; note 000, A10).
+  training of round 11 already uses the new data).
 
   Args:
     round_t: aggregation round, int >= 1.
@@ -417,7 +417,7 @@ def phase_for_round(round_t: int, phases: Sequence[CorruptedPhase]) -> Corrupted
 
 def assign_parts(num_clients: int, part_sizes: Sequence[int], rng: RngLike) -> np.ndarray:
   """Randomly divides clients into parts of given sizes ("we randomly divide clients
-  into three parts", paper 000, Sec. VI).
+  into three parts", PADPFL, Sec. VI).
 
   Args:
     num_clients: N >= 1.
@@ -470,8 +470,8 @@ def client_indices_by_size(client_sizes: Any, rng: RngLike, *,
   ``alpha`` (needs ``labels``), each client draws class proportions
   ``q ~ Dir(alpha 1_K)`` and takes ``Multinomial(m_i, q)`` examples per class,
   without replacement from the remaining pool; a class that runs out is topped up
-  from the remaining classes in order of decreasing ``q`` (note 000, A5: Dirichlet
-  label skew with exact sizes). Examples not requested stay unused.
+  from the remaining classes in order of decreasing ``q`` (our reading of "non-identically":
+  Dirichlet label skew with exact sizes). Examples not requested stay unused.
 
   Args:
     client_sizes: int ``[N]``, each >= 1.
@@ -566,12 +566,12 @@ def build_scenario(scenario: Union[int, Scenario], x: Any, y: Any, seed: int = 0
                    num_classes: Optional[int] = None, test_x: Any = None,
                    test_y: Any = None, name: Optional[str] = None, source: str = "",
                    is_subset: bool = False) -> ScenarioData:
-  """Builds one of paper 000's scenarios from central training arrays.
+  """Builds one of PADPFL's scenarios from central training arrays.
 
   Steps (independent random streams derived from ``seed``): `assign_parts` with
   the scenario's part sizes; per-client sizes ``max(1, round(m_part *
   size_scale))`` (``size_scale`` < 1 for small datasets such as the 5,000-image
-  MNIST subset; note 000, section 6.4); `client_indices_by_size` (Dirichlet(alpha)
+  MNIST subset); `client_indices_by_size` (Dirichlet(alpha)
   label skew, or IID with ``alpha=None``); `corrupt_phases`. The test set is kept
   clean.
 

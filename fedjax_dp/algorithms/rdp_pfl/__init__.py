@@ -1,4 +1,4 @@
-"""RDP-PFL (Wei et al., IEEE TIFS 2023, paper 003): federated MAML whose inner and outer
+"""RDP-PFL (Wei et al., IEEE TIFS 2023): federated MAML whose inner and outer
 steps are both DP-SGD steps, with personalisation of unseen target clients.
 
 Modules: `meta` (one local epoch: the inner DP-SGD step on the query set, the outer

@@ -1,4 +1,4 @@
-"""RDP-PFL, Algorithm 1 of Wei et al. (IEEE TIFS 2023, paper 003): federated MAML in
+"""RDP-PFL, Algorithm 1 of Wei et al. (IEEE TIFS 2023): federated MAML in
 which every source client runs tau0 local epochs of (DP inner step, DP outer step) and
 the server averages the local models; target clients personalise with one step.
 
@@ -28,11 +28,11 @@ Each record has one role, query or support, fixed when its client's data is prep
 (``query_rows``) and never changed by adding or removing other records, and it
 influences only its role's release (`meta.release_groups`): its guarantee is that
 release composed over the run, and the run's epsilon is the larger of the two
-(`privacy.GroupedPrivacySpec`; issue 30, F8). The paper's Theorem 1 composes both
+(`privacy.GroupedPrivacySpec`). The paper's Theorem 1 composes both
 stages for every record; its calibration (with the Balle et al. conversion) is in
 `paper_accounting`, reported beside.
 
-Aggregation (issue 30, F5): ``"uniform"`` (default) weights every source client 1/U,
+Aggregation: ``"uniform"`` (default) weights every source client 1/U,
 public, so the average is post-processing of the uploads. The paper's eq. (3) weights
 by support-set sizes p_i = |D_i^S| / |D^S|, which change when a record is added or
 removed: not post-processing of the DP releases (`dp_fedavg_record_level` refuses
@@ -256,7 +256,7 @@ def rdp_pfl(model, data, *, local_epochs: int = 1, query_fraction: float = 0.5,
         for name, z, q, sc in (("query", z_q, hp.query_sampling_rate, scale_q),
                                ("support", z_s, hp.support_sampling_rate, scale_s))}
     extras = {
-        "meta_train_loss": st.loss_sum[1] / rows[1],     # note E4 (i): F(theta~, B_S)
+        "meta_train_loss": st.loss_sum[1] / rows[1],     # "training loss": F(theta~, B_S)
         "query_train_loss": st.loss_sum[0] / rows[0],
         "query_clip_fraction": st.clipped[0] / rows[0],
         "support_clip_fraction": st.clipped[1] / rows[1],
@@ -332,7 +332,7 @@ def _check_modes(clip_mode: str, aggregation: str, private: bool,
   """
   if clip_mode == "per_example":
     raise FedJaxDpError(
-        "clip_mode='per_example' was renamed 'per_example_hessian' (issue 33: its outer "
+        "clip_mode='per_example' was renamed 'per_example_hessian' (its outer "
         "step takes the Hessian on each support example, not the paper's meta-gradient) "
         "and is no longer the default; the default is 'first_order'. Allowed: "
         + ", ".join(meta.CLIP_MODES), option="clip_mode")

@@ -1,4 +1,4 @@
-"""Canary-audit targets of RDP-PFL (paper 003): its worlds, observers and deliberate
+"""Canary-audit targets of RDP-PFL: its worlds, observers and deliberate
 breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 --algorithm rdp_pfl``). The shared pieces (`Target`, the delta, the common breaks) are
 `fedjax_dp.algorithms.audit_common`'s."""
@@ -27,7 +27,7 @@ PARAMS: Dict[str, Dict[str, Any]] = {
 }
 
 # ---------------------------------------------------------------------------
-# Paper 003: the canary is one record of a source client's support (or query) set.
+# RDP-PFL: the canary is one record of a source client's support (or query) set.
 # ---------------------------------------------------------------------------
 
 def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
@@ -40,8 +40,8 @@ def _rdp_pfl_setup(brk: str, stage: str, rounds: int, z: float, q_query: float,
   theta~ is the upload's base in ``clip_mode="dp_fedavg"``; in MAML modes the upload
   sees it only through theta~). Add/remove of that record. The other stage's step is
   made tiny (eta or beta), so that the upload is the audited release itself. The claim
-  is the larger stage's (a record is in one stage and influences only its release;
-  issue 30, F8): with the other stage's sampling rate small, the audited stage's.
+  is the larger stage's (a record is in one stage and influences only its release):
+  with the other stage's sampling rate small, the audited stage's.
   ``"paper_support"``: ``clip_mode="paper"``, whose support release
   is a clipped batch *mean*: the support filler's gradient is large and the canary's
   points the opposite way three times as hard, so adding it flips the clipped mean (a
@@ -83,7 +83,7 @@ RDP_PFL_WEIGHTS: Dict[str, Any] = dict(rounds=1, z=1.0, q_query=0.01, eta=1e-4, 
 
 def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
                            eta: float, beta: float) -> Setup:
-  """Issue 30, F5: two source clients upload every round; the canary is one support
+  """Aggregation weights: two source clients upload every round; the canary is one support
   record of client 0, added/removed. Client 0's support rows (a filler and the canary)
   and client 1's (one record of the other label) have large features, so their clipped
   meta-gradients point in opposite directions; each client's query row is a zero-feature
@@ -136,7 +136,7 @@ def _rdp_pfl_weights_setup(brk: str, rounds: int, z: float, q_query: float,
 
 
 def targets() -> List[Target]:
-  """RDP-PFL (paper 003)'s audit targets."""
+  """RDP-PFL's audit targets."""
   return [
     Target("rdp_pfl/support", "rdp_pfl",
            "record-level, add/remove one record, Poisson records, two releases per "

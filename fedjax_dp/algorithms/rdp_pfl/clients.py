@@ -1,17 +1,18 @@
-"""Paper 003's clients: the 3-classes-per-client partition, source/target clients, the
+"""RDP-PFL's clients: the 3-classes-per-client partition, source/target clients, the
 query/support split of each source client, and the target clients' adaptation and test
-sets (Wei et al., IEEE TIFS 2023, Sec. V-A; implementation note sections 6.2 and 9 H5-H6).
+sets (Wei et al., IEEE TIFS 2023, Sec. V-A; our choices where the paper leaves them open).
 
-Partition (note 6.2, "as done in Zhuang et al., ICLR 2022"): ``num_clients`` distinct
-class sets of ``classes_per_client`` classes each; every client gets one set and
-``samples_per_class`` training images of each of its classes, no image used twice.
-A class can only appear in ``floor(available / samples_per_class)`` sets (the note's
-capacity check: MNIST's digit 5 has 5,421 images), so sets are drawn with that cap.
+Partition (the paper's "as done in [29]", Zhuang et al., ICLR 2022, as we reconstruct
+it): ``num_clients`` distinct class sets of ``classes_per_client`` classes each; every
+client gets one set and ``samples_per_class`` training images of each of its classes,
+no image used twice.
+A class can only appear in ``floor(available / samples_per_class)`` sets (a capacity
+check: MNIST's digit 5 has 5,421 images), so sets are drawn with that cap.
 ``target_fraction`` of the clients (the paper's 40%) are target clients that never
 train: they adapt the global model with one gradient step (eq. 4) on their own training
 images and are evaluated on ``test_per_class`` images of each of their classes from the
-dataset's test split (note H6) -- or on a held-out part of their own images when the
-dataset has no test split.
+dataset's test split (our choice; the paper does not say) -- or on a held-out part of
+their own images when the dataset has no test split.
 
 Each source client's rows are shuffled and given their roles by position, once, when
 the data is prepared: row i belongs to the query set D^Q (the inner step's data) iff
@@ -23,7 +24,7 @@ the odd rows), else to the support set D^S (the outer step's); a client with n r
 applied to the neighbouring dataset would not do: appending a record never moves
 another, but removing any record but the last shifts every later row by one, and (for
 f = 1/2) flips each later record between query and support, so the neighbouring
-datasets would differ in many records of each stage (issue 30, F8). With the roles
+datasets would differ in many records of each stage. With the roles
 stored, the neighbouring datasets differ in one record of one role.
 """
 
@@ -45,7 +46,7 @@ from fedjax_dp.validation import FedJaxDpError, check_int, check_probability
 def class_sets(num_classes: int, num_clients: int, classes_per_client: int,
                capacity: np.ndarray, rng: np.random.Generator) -> np.ndarray:
   """``num_clients`` distinct sets of ``classes_per_client`` classes, each class in at
-  most ``capacity[c]`` sets (note 6.2, steps 1-3).
+  most ``capacity[c]`` sets.
 
   Sets are drawn one by one from the classes with the most remaining capacity first
   (ties broken at random), then shuffled: every draw respects the caps and is distinct.
@@ -171,7 +172,8 @@ def make_meta_split(x: np.ndarray, y: np.ndarray, test_x: Optional[np.ndarray],
     target_fraction: share of target clients in (0, 1), the paper's 0.4 (20 of 50).
     query_fraction: share of a source client's images in its query set, in (0, 1); the
       paper's 0.5 (300 / 300).
-    test_per_class: test images per class per target client (note H6: 100).
+    test_per_class: test images per class per target client (not stated in the
+      paper; our default 100).
     seed: seed of every random choice here.
     name, source, is_subset: provenance for the `FederatedData`.
 
@@ -276,15 +278,16 @@ def _loss_acc(model, params, x, y, count):
 
 def personalised_metrics(model, params, adapt: Tuple, test: Tuple, eta
                          ) -> Tuple[jax.Array, ...]:
-  """Target clients' mean (over clients, unweighted; note E1) test loss and accuracy
-  after one-step adaptation (eq. 4), and without adaptation, vmapped over clients.
+  """Target clients' mean (over clients, unweighted: our reading of the paper's "fast
+  adaptation" accuracy) test loss and accuracy after one-step adaptation (eq. 4), and
+  without adaptation, vmapped over clients.
 
   Args:
     model: a `fedjax_dp.models.Model`.
     params: the global model w.
     adapt: ``(x [K, n_a, ...], y [K, n_a], counts [K])``.
     test: ``(x [K, n_t, ...], y [K, n_t], counts [K])``.
-    eta: float32 adaptation step (the inner learning rate, note E2).
+    eta: float32 adaptation step (the inner learning rate, per eq. 4).
 
   Returns:
     float32 scalars ``(loss, accuracy, loss_no_adapt, accuracy_no_adapt)``.

@@ -1,7 +1,6 @@
-"""Paper 003's local epoch: a DP-SGD inner step on the query set and a DP-SGD outer
+"""RDP-PFL's local epoch: a DP-SGD inner step on the query set and a DP-SGD outer
 step with the MAML meta-gradient on the support set (Wei et al., IEEE TIFS 2023,
-Sec. III-A, eqs. 6-11), in the clipping modes below (the implementation note's G1-G3,
-revised by issue 33).
+Sec. III-A, eqs. 6-11), in the clipping modes below.
 
 Notation (the paper's): w the meta model, theta~ the one-step adapted model, eta the
 inner and beta the outer learning rate, C the clip norm, sigma the noise multiplier (the
@@ -10,7 +9,7 @@ support draws.
 
 ``clip_mode``:
 
-* ``"first_order"`` (default; first-order MAML, note 3.4 line 16): Abadi-style
+* ``"first_order"`` (default; first-order MAML): Abadi-style
   per-example DP-SGD in both stages. Inner: ``g^Q = (sum_{x in B_Q} clip_C(grad l(w; x))
   + N(0, C^2 sigma^2 I)) / (q^Q n^Q)``, ``theta~ = w - eta g^Q``. Outer: per support
   example ``m_x = clip_C(grad l(theta~; x))``, summed, noised and divided by
@@ -26,22 +25,23 @@ support draws.
   Poisson-subsampled Gaussian release with noise multiplier sigma under add/remove of
   one record, and a record influences only its own stage's release
   (`release_groups`).
-* ``"per_example_hessian"`` (the default before issue 33; not the paper's
+* ``"per_example_hessian"`` (the earlier default; not the paper's
   meta-gradient): as ``"first_order"`` with ``m_x = (I - eta grad^2 l(w; x))
   grad l(theta~; x)``, the Hessian taken on each *support example itself* (a
   Hessian-vector product: ``jax.jvp`` of ``jax.grad``). Its accounting is the same as
   first-order's, but ``sum_x m_x`` is not eq. (2): besides ``(I - eta H_S) g2`` it
   carries ``-eta sum_x grad^2 l(w; x) (grad l(theta~; x) - g2)``, which for small
-  eta points along the gradient of the mean squared per-example gradient norm (issue
-  33's review: cosine 0.996-0.998), so the update climbs that norm; its relative error
+  eta points along the gradient of the mean squared per-example gradient norm (measured
+  cosine 0.996-0.998), so the update climbs that norm; its relative error
   against the paper's meta-gradient was 15-18% at eta = 0.01 and 68-85% at
   eta = 0.05 (first-order: 5% and 20%). Kept to reproduce the earlier results.
 * ``"paper"`` (eqs. 6-11 as printed): the *batch-mean* gradient is clipped to C and
   N(0, C^2 sigma^2 I) is added without dividing by the batch (eqs. 6-7); the outer step
   is ``c1 c2 (g2 - eta H_Q g2) + N(0, C^2 sigma^2 I)`` with g2 the support batch's mean
   gradient at theta~, H_Q the Hessian of the query batch's mean loss at w (the same
-  draw B_Q as the inner step, note G8), ``c1 = min(1, sqrt(C) / ||I - eta H_Q||_2)``
-  (spectral norm by power iteration, note G3) and ``c2 = min(1, sqrt(C) / ||g2||)``
+  draw B_Q as the inner step; our reading), ``c1 = min(1, sqrt(C) / ||I - eta H_Q||_2)``
+  (spectral norm by power iteration: the paper does not name the norm; Lemma 4's
+  proof implies the spectral one) and ``c2 = min(1, sqrt(C) / ||g2||)``
   (eqs. 9-11), so the product has norm <= C; power iteration can only under-estimate
   the spectral norm, so the product is clipped to C once more (a no-op when the estimate
   is exact; without it the bound would rest on the estimate). Each release is bounded
@@ -106,7 +106,7 @@ STAGE_GROUPS = (("query",), ("support",))
 
 
 def release_groups(clip_mode: str) -> Tuple[Tuple[str, ...], ...]:
-  """The releases one record can influence, for each role it can hold (issue 30, F8):
+  """The releases one record can influence, for each role it can hold:
   ``(("query",), ("support",))`` in every mode. A record is in its client's query set
   or its support set, never both, and keeps that role whatever other records are added
   or removed (`fedjax_dp.algorithms.rdp_pfl.algorithm.rdp_pfl`'s ``query_rows``):
@@ -141,8 +141,8 @@ def per_example_meta_gradient(model, theta: PyTree, eta) -> Callable:
   one support example, ``m_x = (I - eta grad^2 l(w; x)) grad l(theta~; x)`` (eq. 2
   with the Hessian on the example itself, not on the query batch: not the paper's
   meta-gradient, see the module docstring) and its loss at theta~ (the running meta
-  loss, note E4). The Hessian-vector product is forward-over-reverse
-  (``jax.jvp(jax.grad(l), (w,), (v,))``): no Hessian is formed."""
+  loss, our reading of the paper's "training loss"). The Hessian-vector product is
+  forward-over-reverse (``jax.jvp(jax.grad(l), (w,), (v,))``): no Hessian is formed."""
   loss = example_loss(model)
 
   def fn(w, example):
@@ -192,7 +192,7 @@ def meta_gradient(model, w: PyTree, xq, yq, xs, ys, eta) -> PyTree:
 
 def spectral_norm_i_minus_eta_h(hvp: Callable, w: PyTree, eta, key,
                                 iterations: int = 20) -> jax.Array:
-  """``||I - eta H||_2`` (the note's G3 reading of ``||g1||`` in eq. 9) by power
+  """``||I - eta H||_2`` (our reading of ``||g1||`` in eq. 9, as the spectral norm) by power
   iteration on ``v -> v - eta H v`` (H symmetric, so the iteration converges to the
   largest |eigenvalue|; ``iterations`` fixed, a lower bound that is tight to a few
   percent after 20 for the models here).
@@ -227,7 +227,8 @@ class StageStats(NamedTuple):
   epsilon): ``[2]`` arrays, entry 0 the query (inner) stage, 1 the support (outer).
 
   Attributes:
-    loss_sum: per-example losses summed (inner: at w; outer: at theta~, note E4 (i)).
+    loss_sum: per-example losses summed (inner: at w; outer: at theta~, the
+      paper's "training loss").
     rows: rows processed.
     clipped: rows whose vector (per-example modes) or whose batch's vector (paper
       mode: every row of a clipped batch) exceeded the bound, so ``clipped / rows`` is

@@ -1,20 +1,20 @@
-"""The paper's own privacy calibration for RDP-PFL (paper 003, Theorem 1, Eqs. 12-14).
+"""The paper's own privacy calibration for RDP-PFL (IEEE TIFS 2023, Theorem 1, Eqs. 12-14).
 
 This is *the paper's* accounting, kept separate from the library's accountants
 (`fedjax_dp.privacy`) so that results can be labelled as such:
 
 * per step and per stage (inner on D^Q, outer on D^S), the RDP of the Poisson-subsampled
   Gaussian mechanism with sensitivity 1, ``log(I^Q)/(alpha - 1)`` and
-  ``log(I^S)/(alpha - 1)`` (Eqs. 13-14 with mu_0 = N(0, sigma^2), mu_1 = N(1, sigma^2):
-  the note's G5). These values come from `dp_accounting.rdp.RdpAccountant` (Mironov,
-  Talwar and Zhang 2019, the method the paper cites via Opacus); nothing is re-integrated
-  here;
+  ``log(I^S)/(alpha - 1)`` (Eqs. 13-14 with mu_0 = N(0, sigma^2), mu_1 = N(1, sigma^2),
+  where the paper's text calls mu_1 a mixture). These values come from
+  `dp_accounting.rdp.RdpAccountant` (Mironov, Talwar and Zhang 2019, the method the
+  paper cites via Opacus); nothing is re-integrated here;
 * composed by summation over both stages and all T tau0 local steps,
   ``eps'(alpha) = T tau0 (rdp_Q(alpha) + rdp_S(alpha))`` (Appendix A, Eqs. 41-46);
 * converted with the paper's Eq. (12) (Balle et al. 2020, Theorem 20; Appendix Eq. 34)
   ``eps = eps'(alpha) + [log(1/delta) + (alpha - 1) log(1 - 1/alpha) - log(alpha)]/(alpha-1)``
   minimised over the Opacus default orders `OPACUS_ORDERS` (the paper does not state the
-  minimum or the grid; the note's G6);
+  minimum or the grid);
 * the noise is "the smallest sigma whose budget is no more than the required one", found
   by bisection (`paper_calibrate_sigma`).
 
@@ -22,7 +22,7 @@ With the same RDP values, dp-accounting's own conversion is the same formula (pl
 shortcut for tiny budgets) over a superset of orders (it adds 11 and 128 ... 1024), so its
 epsilon is <= this one, and equal when the best order is on both grids.
 
-The run's own guarantee is not this sum (issue 30): each record is in one stage and
+The run's own guarantee is not this sum: each record is in one stage and
 influences only its release, so a record spends one stage's T tau0 releases and the run's
 epsilon is the larger stage's (`fedjax_dp.algorithms.rdp_pfl.privacy`); the paper's sum
 is reported beside it as the paper's claim (``epsilon_paper``), above the run's epsilon

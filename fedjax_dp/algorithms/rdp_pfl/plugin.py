@@ -1,8 +1,8 @@
-"""Paper 003 in ``fedjax-dp run``: its options, the paper's clients (built from an image
+"""RDP-PFL in ``fedjax-dp run``: its options, the paper's clients (built from an image
 dataset), the target clients' personalised evaluation, and the paper's own epsilon and
 budget split beside the accountant's.
 
-What a run writes (issue 30 sweep): metrics.jsonl's fields are labelled in
+What a run writes: metrics.jsonl's fields are labelled in
 `RdpPfl.metric_labels` (the stages' losses, clip fractions and realised batch sizes are
 diagnostics; the target clients' accuracies are post-processing of the model on data
 outside the protected population) and every record carries the release groups its
@@ -41,7 +41,7 @@ MECHANISMS: Tuple[str, ...] = get_args(Mechanism)
 
 @dataclasses.dataclass
 class RdpPflOptions:
-  """Wei et al. (paper 003): federated MAML with a DP inner and a DP outer step."""
+  """Wei et al. (IEEE TIFS 2023): federated MAML with a DP inner and a DP outer step."""
   noise_multiplier: Optional[float] = None
   """sigma, noise std over C in both stages (default: calibrated so that --rounds
   rounds spend --target-epsilon, 2 when not given, by the run's accountant)"""
@@ -49,22 +49,22 @@ class RdpPflOptions:
   """C (the paper's Table II sweeps 0.8 .. 4.8; 2.4 had the lowest training loss)"""
   local_epochs: int = 1
   """tau0: local epochs per round, each one inner and one outer step (not stated in
-  the paper; note H1)"""
+  the paper; our default 1)"""
   inner_learning_rate: float = 0.01
   """eta: the inner step and the target clients' adaptation step (paper: 0.01 on
   MNIST, 0.05 on CIFAR-10)"""
   outer_learning_rate: float = 0.01
   """beta: the outer (meta) step"""
   query_sampling_rate: float = 0.1
-  """q^Q: Poisson rate of the inner step's draw from the query set (note H2)"""
+  """q^Q: Poisson rate of the inner step's draw from the query set (not stated in the paper)"""
   support_sampling_rate: float = 0.1
   """q^S: Poisson rate of the outer step's draw from the support set"""
   clip_mode: ClipMode = "first_order"
   """first_order (default: per-example clipping in both stages, first-order MAML's
   outer step; Theorem 1's per-stage accounting holds exactly), paper (eqs. 6-11 as
   printed: batch clipping, factored sqrt(C) clipping, the query batch's Hessian;
-  weaker guarantee than the paper states), per_example_hessian (the default before
-  issue 33: the Hessian on each support example, not the paper's meta-gradient),
+  weaker guarantee than the paper states), per_example_hessian (the earlier
+  default: the Hessian on each support example, not the paper's meta-gradient),
   dp_fedavg (two plain DP-SGD steps per epoch, no meta step: the DP-FedAvg baseline,
   personalised the same way), dp_fedavg_one_step (one DP-SGD step per epoch on the
   support set: DP-FedAvg at MAML's local work)"""
@@ -99,14 +99,14 @@ class RdpPflOptions:
   """per-example clipped gradients of the first-order terms"""
   power_iterations: int = 20
   """paper mode: power iterations estimating ||I - eta H_Q||_2 for eq. (9)'s c1 (not
-  stated in the paper; note G3). The estimate is a lower bound; the product is
+  stated in the paper). The estimate is a lower bound; the product is
   clipped to C again whatever it is, so fewer iterations never weaken the guarantee"""
 
 
 class RdpPfl(FederatedAlgorithm):
-  """Paper 003 (`fedjax_dp.algorithms.rdp_pfl.algorithm.rdp_pfl`)."""
+  """RDP-PFL (`fedjax_dp.algorithms.rdp_pfl.algorithm.rdp_pfl`)."""
   name = "rdp_pfl"
-  description = ("paper 003 (Wei et al.): federated MAML with DP inner and outer steps, "
+  description = ("RDP-PFL (Wei et al. 2023): federated MAML with DP inner and outer steps, "
                  "personalisation of target clients")
   Options = RdpPflOptions
   default_dataset = "fashion_mnist"
@@ -116,7 +116,7 @@ class RdpPfl(FederatedAlgorithm):
   metric_labels = {
       **disclosure.release_labels(RELEASES),
       "meta_train_loss": (disclosure.DIAGNOSTIC, "loss of the noisy adapted model on the "
-                          "support draws (the paper's training loss, note E4 (i)); "
+                          "support draws (our reading of the paper's training loss); "
                           "computed from raw client data"),
       "query_train_loss": (disclosure.DIAGNOSTIC, "computed from raw client data"),
       "query_clip_fraction": (disclosure.DIAGNOSTIC, "computed from raw client data"),
@@ -224,7 +224,7 @@ class RdpPfl(FederatedAlgorithm):
     return Prepared(split.source, None, {"split": split})
 
   def model_spec(self, options, run) -> ModelSpec:
-    return ModelSpec("mlp", {"hidden": (200, 200)})  # note H9: 784-200-200-10
+    return ModelSpec("mlp", {"hidden": (200, 200)})  # 784-200-200-10 (widths: ours)
 
   def build(self, setup):
     o = setup.options
@@ -292,7 +292,7 @@ class RdpPfl(FederatedAlgorithm):
           "final_meta_train_loss": _last(records, "meta_train_loss"),
           "note": ("computed from the clients' raw data without noise (class_sets: each "
                    "client's label set, source clients first; final_meta_train_loss: the "
-                   "paper's training loss on the support draws, note E4 (i)): simulation "
+                   "paper's training loss on the support draws): simulation "
                    "diagnostics, not covered by epsilon; left out with "
                    "--dp-metrics-only")}
     if c["aggregation"] == "data_size" and setup.options.mechanism == "gaussian":
@@ -345,7 +345,7 @@ class RdpPfl(FederatedAlgorithm):
                    f"adaptation step, {acc:.4f} without")
     if s.get("epsilon_paper") is not None:
       share = s["budget_split_paper"]["inner_share"]
-      lines.append(f"paper 003's own accounting (Theorem 1): epsilon "
+      lines.append(f"the paper's own accounting (Theorem 1): epsilon "
                    f"{s['epsilon_paper']:.3f} at alpha {s['epsilon_paper_alpha']:g}; "
                    f"inner stage's share of the RDP budget {share:.2f}")
     if s.get("group_epsilons_rdp"):

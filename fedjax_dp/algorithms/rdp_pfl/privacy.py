@@ -1,5 +1,5 @@
-"""Paper 003's privacy statement: a `MultiReleaseSpec` whose releases a record
-influences only in part (issue 30, F8).
+"""RDP-PFL's privacy statement: a `MultiReleaseSpec` whose releases a record
+influences only in part.
 
 RDP-PFL (Wei et al., IEEE TIFS 2023) makes two releases per local epoch: the inner step
 on the query set and the outer step on the support set (eqs. 6-11). Each source

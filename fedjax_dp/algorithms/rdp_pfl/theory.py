@@ -1,10 +1,10 @@
-"""Convergence theory of RDP-PFL (paper 003: Wei et al., "Personalized Federated Learning
+"""Convergence theory of RDP-PFL (Wei et al., "Personalized Federated Learning
 With Differential Privacy and Convergence Guarantee", IEEE TIFS 2023), as calculators.
 
 Everything here is host-side NumPy / SciPy in float64. The paper never estimates its
-constants (L, rho, B, lambda, l, epsilon_i, gamma_i, sigma_G, sigma_H; the note's T1), so
-they are inputs. Equation numbers ``(n)`` are the paper's; "the note" is the project's
-implementation note for paper 003 (its sections 5 and 10.2).
+constants (L, rho, B, lambda, l, epsilon_i, gamma_i, sigma_G, sigma_H), so
+they are inputs. Equation numbers ``(n)`` are the paper's; what is marked "ours" is our
+derivation, not in the paper.
 
 * Meta-objective constants: `meta_smoothness` L' (Lemma 1, Eq. 22),
   `meta_strong_convexity` l' (Lemma 6, Eq. 30), `zeta` (Theorem 2).
@@ -15,10 +15,10 @@ implementation note for paper 003 (its sections 5 and 10.2).
   form, see its docstring: the printed bound misses the support-gradient sampling error),
   `xi` (Lemma 4, Eq. 26), `h` (Lemma 5, Eq. 28), `local_drift_sum`.
 * Bounds: `Constants`, `theorem2_bound` (Eq. 31, strongly convex), `theorem3_bound`
-  (Eq. 32 in the note's reconstructed form, non-convex); both return `BoundParts`.
-* Trade-offs: `sigma_approx` (leading-order noise calibration, note 3.5),
-  `nonconvex_round_coefficients` / `optimal_rounds_nonconvex` (T* = (2A/B1)^(2/3), note
-  10.2), `optimal_rounds_numeric` (any bound, exact sigma(T)), `u_shape_in_C` (note 10.2).
+  (Eq. 32 in our reconstructed form, non-convex); both return `BoundParts`.
+* Trade-offs: `sigma_approx` (leading-order noise calibration, ours),
+  `nonconvex_round_coefficients` / `optimal_rounds_nonconvex` (T* = (2A/B1)^(2/3), ours),
+  `optimal_rounds_numeric` (any bound, exact sigma(T)), `u_shape_in_C` (ours).
 
 Errors are `fedjax_dp.validation.FedJaxDpError` (a ``ValueError``) naming the argument.
 """
@@ -263,7 +263,7 @@ def theta_ratio(S: int) -> float:
 
 
 def noise_norm_factor(S: int, theta: str = "exact") -> float:
-  """``kappa_S = Theta / (C sigma)`` (the note's 10.2), i.e. Theta at C = sigma = 1.
+  """``kappa_S = Theta / (C sigma)`` (ours), i.e. Theta at C = sigma = 1.
 
   About ``sqrt(S)`` for ``theta="exact"``, 2 or 4 times that for ``"paper"``.
 
@@ -307,7 +307,7 @@ def xi(C: float, S: int, sigma: float, eta: float, L: float, B: float,
   """Xi(C, S, sigma), the clipping-plus-noise error of Lemma 4 (Eq. 26):
 
   ``(1 + eta L) (2 eta L B + eta L Theta + sqrt(C) / min(sqrt(C)/B, 1)
-  - sqrt(C) min(sqrt(C)/(1 + eta L), 1))``, i.e. (the note's simplification)
+  - sqrt(C) min(sqrt(C)/(1 + eta L), 1))``, i.e. (our simplification)
   ``(1 + eta L) (2 eta L B + eta L Theta + max(sqrt(C), B) - min(C/(1 + eta L), sqrt(C)))``.
 
   Theta is `theta_paper` (Eq. 27) or `theta_exact`. For C >= max(B^2, (1 + eta L)^2) and
@@ -491,7 +491,7 @@ def local_drift_sum(tau0: int, beta: float, L_prime: float) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class Constants:
-  """The paper's problem constants (Assumptions 1-5), all inputs (the note's T1).
+  """The paper's problem constants (Assumptions 1-5), all inputs (the paper never estimates them).
 
   Attributes:
     L: gradient-Lipschitz constant of every F_i (Eq. 16), > 0.
@@ -623,7 +623,7 @@ def theorem3_bound(consts: Constants, T: float, tau0: int, eta: float, beta: flo
                    S: int, sigma: float, n_support: ArrayLike, gap0: float,
                    p: Optional[ArrayLike] = None, theta: str = "paper",
                    lemma3_form: str = "paper") -> BoundParts:
-  """RHS of Theorem 3 (non-convex, Eq. 32, in the note's reconstructed form 5.4) on
+  """RHS of Theorem 3 (non-convex, Eq. 32, in our reconstructed form) on
   ``(1/T) sum_t sum_tau ||grad G(w^_{t,tau})||^2``:
 
   ``gap0 / (T beta (1 - beta L'/2)) + lambda / (beta (1 - beta L'/2)) [ (1 + eta L) h(tau0)
@@ -671,7 +671,7 @@ def _nonconvex_denominator(beta: float, L_prime: float) -> float:
 # ---------------------------------------------------------------------------
 
 def sigma_approx(T: float, tau0: int, q: float, epsilon: float, delta: float) -> float:
-  """Leading-order noise multiplier for a target (epsilon, delta) (the note's 3.5):
+  """Leading-order noise multiplier for a target (epsilon, delta) (ours, from Theorem 1):
   ``sigma ~ 2 q sqrt(T tau0 ln(1/delta)) / epsilon``.
 
   From per stage-step RDP ``q^2 alpha / (2 sigma^2)`` (small q, large sigma), two stages
@@ -707,11 +707,11 @@ def nonconvex_round_coefficients(consts: Constants, tau0: int, eta: float, beta:
                                  gap0: float, n_support: ArrayLike = 1.0,
                                  theta: str = "exact") -> Tuple[float, float, float]:
   """(A, B0, B1) with Theorem 3's RHS = A/T + B0 + B1 sqrt(T) when sigma = `sigma_approx`
-  (the note's 10.2):
+  (ours):
 
   ``A = gap0 / (beta (1 - beta L'/2))``, ``B1 = lambda / (beta (1 - beta L'/2)) beta tau0
   (1 + eta L)^2 eta L kappa_S C 2 q sqrt(tau0 ln(1/delta)) / epsilon sum_j (tau0-j)(1+beta
-  L')^j``, with ``kappa_S = Theta/(C sigma)`` (`noise_norm_factor`; the note writes
+  L')^j``, with ``kappa_S = Theta/(C sigma)`` (`noise_norm_factor`; equivalently
   ``kappa C sqrt(S)``, kappa = 1, 2 or 4), and B0 the T-independent rest (at sigma = 0).
 
   Args:
@@ -741,7 +741,7 @@ def nonconvex_round_coefficients(consts: Constants, tau0: int, eta: float, beta:
 def optimal_rounds_nonconvex(consts: Constants, tau0: int, eta: float, beta: float, C: float,
                              S: int, q: float, epsilon: float, delta: float, gap0: float,
                              theta: str = "exact") -> float:
-  """T* = (2A / B1)^(2/3), the minimiser of A/T + B0 + B1 sqrt(T) (the note's 10.2).
+  """T* = (2A / B1)^(2/3), the minimiser of A/T + B0 + B1 sqrt(T) (ours).
 
   Not in the paper (Remark 1 only says an optimal T exists). Uses `sigma_approx`, so it
   is a leading-order estimate; compare `optimal_rounds_numeric` with the exact sigma(T).
@@ -801,7 +801,7 @@ def optimal_rounds_numeric(bound_fn: Callable[[float, float], Any],
 
 
 class UShape(NamedTuple):
-  """Shape of Xi (Lemma 4) as a function of C, at fixed sigma (the note's 10.2).
+  """Shape of Xi (Lemma 4) as a function of C, at fixed sigma (ours).
 
   Attributes:
     has_interior_minimum: Xi(C) has a minimum at some finite C* > 0 strictly below its
@@ -810,7 +810,7 @@ class UShape(NamedTuple):
       B = 0).
     argmin_c: the smallest minimiser C* (0.0 if Xi increases from C = 0; for sigma = 0,
       where Xi is flat for C >= max(B^2, (1 + eta L)^2), that plateau's start).
-    note_condition: the note's criterion ``(1 + eta L) eta L kappa_S sigma < 1``
+    note_condition: the closed-form criterion ``(1 + eta L) eta L kappa_S sigma < 1``
       (equal to has_interior_minimum whenever B > 0 and eta, L, sigma > 0).
     kappa_s: Theta / (C sigma).
   """
@@ -829,7 +829,7 @@ def u_shape_in_C(eta: float, L: float, B: float, sigma: float, S: int,
   - min(C/c, sqrt C). Near 0 (C < min(B^2, c^2)) the slope is a - 1/c; for
   C >= max(B^2, c^2) Xi/c = 2 eta L B + a C increases; on [c^2, B^2] it is convex with
   stationary point 1/(4 a^2); on [B^2, c^2] it is concave. So, for B > 0 and sigma > 0,
-  an interior minimum exists iff a c < 1 (the note's condition), and C* is the best of
+  an interior minimum exists iff a c < 1 (``note_condition``), and C* is the best of
   {B^2, c^2, clip(1/(4 a^2), c^2, B^2)} (closed form, checked against a grid in tests).
   With realistic S (kappa_S ~ sqrt(S) ~ 450) it needs eta L sigma < ~2e-3.
 

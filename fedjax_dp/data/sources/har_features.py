@@ -53,8 +53,8 @@ Pipeline (per RECORDING: whole recordings are filtered, then cut into windows):
 
 Split rules (`load_har_features`):
 
-* ``split="random"`` (MOCHA's ``split_data.m``, used by DP-MOCHA, paper 002 section
-  10.2): per subject, ``perm = randperm(n)`` (values 1..n) and the windows with
+* ``split="random"`` (MOCHA's ``split_data.m``, used by DP-MOCHA, IEEE IoT-J
+  2020): per subject, ``perm = randperm(n)`` (values 1..n) and the windows with
   ``perm < (1 - test_fraction) * n`` are training windows, so a subject has
   ``|{k in 1..n : k < (1 - test_fraction) n}|`` of them; subjects draw in order
   1..30 from ``numpy.random.default_rng(seed)``; the paper redraws the split per trial
@@ -657,7 +657,7 @@ def load_feature_windows(cache_dir: Optional[str] = None, use_cache: bool = True
 
 def mocha_random_split(subject: np.ndarray, test_fraction: float = 0.25,
                        seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
-  """MOCHA's per-task random split (``split_data.m``; paper 002, section 10.1-10.2).
+  """MOCHA's per-task random split (``split_data.m``, as used by DP-MOCHA).
 
   For each subject (in increasing id order, all drawing from one
   ``numpy.random.default_rng(seed)``) with ``n`` windows: ``perm`` = a random
@@ -708,8 +708,8 @@ def load_har_features(split: str = "random", test_fraction: float = 0.25, seed: 
       leak-free).
     test_fraction: fraction of each subject's windows held out, in (0, 1).
     seed: seed of the random split (ignored by ``"temporal"``).
-    row_l2: scale every row (after the [-1, 1] scaling) to unit L2 norm (paper 002
-      section 10.2: "normalized locally by l2-normalization"; DP-MOCHA's sensitivities
+    row_l2: scale every row (after the [-1, 1] scaling) to unit L2 norm (DP-MOCHA,
+      Sec. VII-A: "normalized locally by l2-normalization"; DP-MOCHA's sensitivities
       need ``||x|| <= 1``).
     cache_dir, use_cache, verify: see `load_feature_windows`.
 

@@ -141,7 +141,7 @@ def test_train_records_schedule_and_both_epsilons(env):
   fd, model, pop, evaluate = env
   alg = _alg(env)
   _, recs = av.train_algorithm1(alg, pop, jax.random.key(0), evaluate=evaluate)
-  assert [r["round"] for r in recs] == list(range(6))
+  assert [r["round"] for r in recs] == list(range(1, 7))  # 1-based
   np.testing.assert_allclose([r["noise_stddev"] for r in recs], alg.config["stddevs"])
   # The guarantee's z uses 2C (what the code enforces); the conditional one Delta_s.
   np.testing.assert_allclose([r["noise_multiplier"] for r in recs],

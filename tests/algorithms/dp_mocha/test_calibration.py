@@ -1,10 +1,10 @@
-"""Tests for DP-MOCHA's privacy calibration and accounting (paper 002, Sec. VI; note 002
-Sec. 6, 6.1, 13 items 5-7, 14.8-14.9) and its heterogeneity model (Sec. VII-A):
+"""Tests for DP-MOCHA's privacy calibration and accounting (Hu et al. 2020, Sec. VI)
+and its heterogeneity model (Sec. VII-A):
 
-* `paper_calibration`: the Gaussian constant, Lemma 4, Theorem 5 against the note's
-  Sec. 6.1 table and its inverse, Corollary 4 against a brute-force minimisation and
-  against dp_accounting's RDP of a Poisson-subsampled Gaussian composed with a plain
-  Gaussian; the note's "RDP check" column reproduced with dp_accounting;
+* `paper_calibration`: the Gaussian constant, Lemma 4, Theorem 5 against our
+  reference table (with our choice of Theorem 5's constants) and its inverse,
+  Corollary 4 against a brute-force minimisation and against dp_accounting's RDP of a
+  Poisson-subsampled Gaussian composed with a plain Gaussian; the table's "RDP check" column reproduced with dp_accounting;
 * `plugin.accountant_sigma1` inverts `device_ledger.gaussian_epsilon`;
 * `device_ledger.DeviceLedger` against dp_accounting's RDP and PLD of each device's
   releases composed one by one (ComposedDpEvent, not the rho shortcut);
@@ -33,7 +33,8 @@ from fedjax_dp.validation import FedJaxDpError
 DELTA = 1e-3
 C_GAUSS = math.sqrt(2 * math.log(1.25 / DELTA))  # 3.7765 at delta = 1e-3
 
-# Note 002 Sec. 6.1: (target eps, K_tot, p, q) -> (sigma1 = sigma2, eps1, RDP check eps).
+# Reference values for our choice of Theorem 5's constants:
+# (target eps, K_tot, p, q) -> (sigma1 = sigma2, eps1, RDP check eps).
 NOTE_TABLE = [
     (1.0, 2000, 1.0, 0.827, 219.2, 0.0172, 1.02),
     (1.0, 20000, 1.0, 0.827, 693.1, 0.0055, 1.02),
@@ -46,7 +47,7 @@ NOTE_TABLE = [
 
 def two_mechanism_rdp(sigma1, sigma2, q, rounds, orders):
   """dp_accounting's RDP curve of ``rounds`` x (Poisson-subsampled Gaussian at rate q
-  with multiplier sigma1, then a plain Gaussian with sigma2): the note's reading of
+  with multiplier sigma1, then a plain Gaussian with sigma2): our reading of
   Corollary 4 (step 6 amplified by the SDCA draws, step 7 not)."""
   event = dp_accounting.SelfComposedDpEvent(dp_accounting.ComposedDpEvent([
       dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma1)),
@@ -58,7 +59,7 @@ def two_mechanism_rdp(sigma1, sigma2, q, rounds, orders):
 
 def classical_conversion(rdp, orders, delta):
   """eps = min_alpha RDP(alpha) + log(1/delta) / (alpha - 1) (Mironov 2017, Prop. 3),
-  the conversion the note's "RDP check" column uses."""
+  the conversion the table's "RDP check" column uses."""
   orders = np.asarray(orders, np.float64)
   return float(np.min(np.asarray(rdp) + math.log(1 / delta) / (orders - 1)))
 
@@ -110,7 +111,7 @@ def test_theorem5_sigmas_match_the_note_table(eps, k, p, q, sigma, eps1, _):
   assert pc.lemma4_epsilon(q, s.epsilon1, s.epsilon2) == pytest.approx(
       s.epsilon_iteration, rel=1e-12)
   assert s.gaussian_valid == (eps1 < 1)
-  assert not s.corollary4_valid  # q < 1 / (16 sigma1) fails on HAR (note 6.1)
+  assert not s.corollary4_valid  # q < 1 / (16 sigma1) fails on HAR
   # The inverse.
   assert pc.theorem5_epsilon(s.sigma1, DELTA, q, p, k) == pytest.approx(eps, rel=1e-12)
 
@@ -123,7 +124,7 @@ def test_theorem5_budget_ratio_and_inverse():
   assert s.sigma1 == pytest.approx(want, rel=1e-12)
   assert pc.theorem5_epsilon(s.sigma1, 1e-5, 0.3, 0.7, 500, r=2.5) == pytest.approx(2.0)
   assert pc.theorem5_epsilon(0.0, 1e-5, 0.3, 0.7, 500) == math.inf
-  # sigma proportional to p and to sqrt(q^2 + r^2) (note Sec. 13 item 10).
+  # sigma proportional to p and to sqrt(q^2 + r^2) (what the calibration predicts).
   base = pc.theorem5_sigmas(1.0, DELTA, 0.5, 1.0, 100).sigma1
   assert pc.theorem5_sigmas(1.0, DELTA, 0.5, 0.5, 100).sigma1 == pytest.approx(base / 2)
   for kw, opt in [(dict(q=0.0), "q"), (dict(p=1.5), "p"), (dict(rounds=0), "rounds"),
@@ -189,7 +190,7 @@ def test_corollary4_outside_its_regime():
 @pytest.mark.parametrize("eps,k,p,q,sigma,eps1,rdp_check", NOTE_TABLE)
 def test_note_rdp_check_column_and_the_measured_relations(eps, k, p, q, sigma, eps1,
                                                            rdp_check):
-  """The note's "RDP check" (integer orders 2..400, Poisson-subsampled Gaussian at q for
+  """The table's "RDP check" (integer orders 2..400, Poisson-subsampled Gaussian at q for
   step 6, plain Gaussian for step 7, K_tot rounds, eps = RDP + log(1/delta)/(alpha - 1),
   p ignored) reproduced with dp_accounting from Theorem 5's sigmas. Measured relations:
   the closed form is within 2x of the accountant at eps <= 1 (either conversion),
@@ -354,7 +355,7 @@ def test_device_ledger_errors_record_nothing():
 
 
 # ---------------------------------------------------------------------------
-# Heterogeneity (Sec. VII-A, note 14.11).
+# Heterogeneity (Sec. VII-A).
 # ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("tau", [0.0, 0.3, 0.5, 1.0])

@@ -1,6 +1,6 @@
-"""The canary audit of DP-MOCHA (paper 002) through its shipped round: the canary device's
-one record flips (x, +1) <-> (-x, -1), one SDCA step lands on the box corners (both
-releases at their provable worst case), the audit observes the device's dalpha~ and du
+"""The canary audit of DP-MOCHA (Hu et al. 2020) through its shipped round: the canary
+device's one record flips (x, +1) <-> (-x, -1), one SDCA step lands on the box corners
+(both releases at their provable worst case), the audit observes the device's dalpha~ and du
 whitened, and the claim is the algorithm's own `DeviceLedger` on what the round reports.
 
 The full 20,000-repetition audit of every break runs in tests/auditing/test_targets.py

@@ -146,6 +146,29 @@ def test_non_private_baseline_learns(tmp_path):
         progress=False)
 
 
+def test_any_rounds_runs_with_a_shorter_last_outer_iteration(tmp_path):
+  """--rounds 3 with H = 2 (H does not divide it): K = ceil(3 / 2) = 2, Omega updated
+  before round 3 only (outer iterations of 2 and 1 rounds), and the per-device epsilon
+  recomputed from metrics.jsonl alone counts exactly the 3 rounds' releases."""
+  _, rows, s = _run(tmp_path, rounds=3, eval_every=3, mechanism="none", tau=0.0,
+                    drop_probability=0.0, dataset="har_features", lam=0.001)
+  assert [r["round"] for r in rows] == [1, 2, 3]
+  assert s["inner_rounds"] == 2 and s["outer_iterations"] == 2
+  # Noise-free: within the first outer iteration (rounds 1, 2; Omega changes before
+  # round 3) the dual objective does not increase.
+  assert rows[1]["dual"] <= rows[0]["dual"] + 1e-3 * abs(rows[0]["dual"])
+  _, rows, s = _run(tmp_path, name="private", rounds=3, eval_every=3)
+  assert len(rows) == 3 and s["outer_iterations"] == 2
+  m = len(rows[0]["device_active"])
+  eps = []
+  for t in range(m):
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.ComposedDpEvent(_device_events(rows, t)))
+    eps.append(acc.get_epsilon(1e-3))
+  assert s["per_client_epsilon_rdp"] == pytest.approx(eps, rel=1e-6)
+  assert sum(s["device_releases"]) == sum(sum(r["device_active"]) for r in rows)
+
+
 def test_checkpoint_keeps_the_device_ledgers(private_run, tmp_path):
   """A resumed run continues from the checkpoint's per-device ledgers exactly."""
   from fedjax_dp.privacy.device_ledger import DeviceLedger
@@ -160,7 +183,7 @@ def test_checkpoint_keeps_the_device_ledgers(private_run, tmp_path):
 
 
 @pytest.mark.parametrize("opts,option", [
-    ({"outer_rounds": 4}, "outer_rounds"),
+    ({"outer_rounds": 0}, "outer_rounds"),
     ({"xi": 1.5}, "xi"),
     ({"drop_probability": 1.0}, "drop_probability"),
     ({"s2_mode": "exact"}, "s2_mode"),

@@ -1,4 +1,4 @@
-"""DP-MOCHA's summary.json under ``--dp-metrics-only`` (issue 30, part 3): HAR's test
+"""DP-MOCHA's summary.json under ``--dp-metrics-only``: HAR's test
 windows are the devices' own data, so the test error is a simulation diagnostic, and the
 diagnostics are dropped from summary.json (and no partition.png is written)."""
 

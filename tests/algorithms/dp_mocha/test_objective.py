@@ -1,4 +1,4 @@
-"""Tests for `fedjax_dp.algorithms.dp_mocha.objective` (paper 002, eqs. 1, 4, 5, 6):
+"""Tests for `fedjax_dp.algorithms.dp_mocha.objective` (Hu et al. 2020, eqs. 1, 4, 5, 6):
 hinge loss, primal, dual and the primal-dual map against float64 numpy references
 written the way the paper writes them (block-diagonal X in R^{md x n}, Omega~ = Omega
 (x) I_d as an explicit Kronecker product, Omega^{-1} by np.linalg.inv), weak duality on

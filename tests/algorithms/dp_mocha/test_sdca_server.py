@@ -1,6 +1,6 @@
-"""Tests for DP-MOCHA's local solver (`fedjax_dp.algorithms.dp_mocha.sdca`, paper 002
-Algorithm 1 line 4, eq. 7) and its server side (`...dp_mocha.server`, eq. 3, line 10,
-note 002 Sec. 14.5): the closed-form SDCA coordinate step against a fine 1-D grid
+"""Tests for DP-MOCHA's local solver (`fedjax_dp.algorithms.dp_mocha.sdca`, Hu et al.
+2020, Algorithm 1 line 4, eq. 7) and its server side (`...dp_mocha.server`, eq. 3,
+line 10, and the resync we add): the closed-form SDCA coordinate step against a fine 1-D grid
 search, feasibility, padding, step masks, v = X dalpha, long SDCA runs against a
 float64 box-constrained QP solution, the duality gap of non-private rounds at fixed
 Omega, and the Omega closed form against random feasible Omega and its KKT condition."""

@@ -1,9 +1,9 @@
-"""Numerical checks of paper 002's theory (note 002 Sec. 13, items 3-4) on small
+"""Numerical checks of DP-MOCHA's theory (Lemma 1, Corollaries 2-3) on small
 synthetic problems:
 
 * Lemma 1 / eq. (9): ||X alpha||^2_{Omega~} <= m sum_t Omega_tt ||X_t alpha_t||^2 for
   PSD Omega (tight), and D(alpha + xi dalpha) <= (1 - xi) D(alpha) + xi sum_t G_t(dalpha_t)
-  with beta = xi m and MOCHA's constant c(alpha) in G_t (note Sec. 4.3);
+  with beta = xi m and MOCHA's constant c(alpha) in G_t;
 * Corollary 2 (s1 = (8 lam + beta) / (beta n_t)) is FALSE: the exact minimiser of eq. (7)
   moves by many times s1 when one sample is replaced (a closed-form counterexample and a
   seeded random search); the provable bound ``dual_sensitivity_provable`` =
@@ -105,7 +105,7 @@ perturb = jax.jit(mechanism.perturb, static_argnames=("s2_mode",))
 def lemma1_sides(alpha, dalpha, omega, x, y, mask, lam, xi, beta):
   """Both sides of Lemma 1 for one problem: D(alpha + xi dalpha) and (1 - xi) D(alpha)
   + xi sum_t G_t^beta(dalpha_t; w_t(alpha), alpha_t), with G_t including MOCHA's
-  constant c(alpha) = (1/m)(1/(4 lam)) ||X alpha||^2_{Omega~} (note 002 Sec. 4.3),
+  constant c(alpha) = (1/m)(1/(4 lam)) ||X alpha||^2_{Omega~} (from MOCHA),
   built from the package's dual, primal-dual map and local_objective (float32)."""
   m = omega.shape[0]
   lhs = obj.dual(alpha + xi * dalpha, omega, x, y, mask, lam)

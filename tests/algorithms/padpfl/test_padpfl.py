@@ -249,6 +249,6 @@ def test_a_run_continued_from_its_state_equals_the_whole_run(env):
   whole, _ = pad.train_phases(alg, [(1, pop)], key, block_size=2)
   half, _ = pad.train_phases(alg, [(1, pop)], key, block_size=2, stop_round=2)
   rest, recs = pad.train_phases(alg, [(1, pop)], key, block_size=2, state=half, start_round=2)
-  assert [r["round"] for r in recs] == [2, 3]
+  assert [r["round"] for r in recs] == [3, 4]  # 1-based
   for a, b in zip(jax.tree_util.tree_leaves(whole.params), jax.tree_util.tree_leaves(rest.params)):
     np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
