@@ -1,8 +1,8 @@
-"""The package layout of README's "Layout" section holds: each package imports only what
+"""The package layout of docs/architecture.md holds: each package imports only what
 it may; nothing outside an algorithm's package (``fedjax_dp/algorithms/<name>/``) and
 tests (``tests/algorithms/<name>/``) names it, and the engine names no algorithm's own
-hyper-parameter field (issues 14 and 31: adding an algorithm touches only its own
-package, its tests and one registry line)."""
+hyper-parameter field (adding an algorithm touches only its own package, its tests and
+one registry line)."""
 
 import ast
 import os
@@ -15,7 +15,7 @@ from fedjax_dp.algorithms import registry
 ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     "fedjax_dp")
 
-# package (or top-level module) -> the packages of ours it may import (README "Layout").
+# package (or top-level module) -> the packages of ours it may import (docs/architecture.md).
 ALLOWED = {
     "validation": set(),
     "interrupts": set(),
@@ -28,10 +28,15 @@ ALLOWED = {
     "federated": {"privacy", "validation"},
     "auditing": {"federated", "privacy", "validation"},
     "algorithms": {"federated", "privacy", "models", "data", "auditing", "validation"},
+    # runs/progress names the compilation cache's folder in its "compiling" line;
+    # runs/sweep_cli prints the run options of `fedjax-dp sweep --help` with cli_help.
     "runs": {"algorithms", "federated", "privacy", "data", "models", "checkpoint",
-             "interrupts", "validation"},
+             "interrupts", "compilation_cache", "cli_help", "validation"},
+    # The concise --help, rendered from the option dataclasses of runs.config and cli
+    # (imported inside run_help, never at module load).
+    "cli_help": {"cli", "runs"},
     "cli": {"runs", "algorithms", "auditing", "data", "federated", "compilation_cache",
-            "validation"},
+            "cli_help", "validation"},
 }
 
 
@@ -70,7 +75,7 @@ def test_imports_follow_the_layout(part):
     extra = _imports(path) - ALLOWED[part] - {part}
     if extra:
       bad[os.path.relpath(path, ROOT)] = sorted(extra)
-  assert not bad, f"imports outside README's layout: {bad}"
+  assert not bad, f"imports outside the documented layout (docs/architecture.md): {bad}"
 
 
 # Test files outside tests/algorithms/<name>/ that may name any registered algorithm (and
@@ -79,11 +84,12 @@ ALLOWED_NAMING = {
     # End-to-end tests that run named jobs through the command line or the run loop:
     "tests/test_cli.py",                    # `fedjax-dp run --algorithm NAME` jobs
     "tests/test_cli_bad_input.py",          # the refusals of named algorithms' options
+    "tests/test_cli_help.py",               # named algorithms' --help and exclusive options
     "tests/test_interrupts.py",             # a named job killed and resumed
     "tests/test_privacy_from_metrics.py",   # epsilon recomputed from named jobs' metrics
     "tests/behaviour/record.py",            # the behaviour baselines: named jobs
-    # Per-algorithm benchmarks (benchmarks/NAME.py) and issue 13's regression tests of
-    # each algorithm's under-report:
+    # Per-algorithm benchmarks (benchmarks/NAME.py) and the regression tests of each
+    # algorithm's formerly under-reported epsilon:
     "tests/test_benchmarks.py",
     "tests/privacy/test_guarantees.py",
 }
@@ -237,7 +243,7 @@ def test_the_engine_names_no_algorithms_hyper_parameter_field():
 def test_pyright_baseline_holds_no_error_in_the_engine_and_only_shrinks():
   """CI's type check (.ci/pyright_check.py) fails on any file with more pyright errors
   than .ci/pyright_baseline.json allows; the engine, the privacy code and the run loop
-  are held at zero there (issue 31)."""
+  are held at zero there."""
   import json
   path = os.path.join(os.path.dirname(ROOT), ".ci", "pyright_baseline.json")
   with open(path) as f:
