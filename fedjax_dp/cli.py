@@ -19,6 +19,8 @@ import typing
 import warnings
 from typing import Dict, List, Optional, Tuple
 
+from fedjax_dp.cli_help import CommandLineError as _CommandLineError
+from fedjax_dp.cli_help import checked_values as _checked_values
 from fedjax_dp.validation import FedJaxDpError
 
 __all__ = [
@@ -181,71 +183,6 @@ def _elsewhere(argv: List[str], flags: Dict[str, List[str]], algorithm: str) -> 
   if not notes:
     return ""
   return f"; {'; '.join(notes)} (fedjax-dp run --algorithm {algorithm} --help lists its)"
-
-
-def _checked_values(argv: List[str], flags: Dict[str, List[str]],
-                    hints: Dict[str, object]) -> List[str]:
-  """``argv`` with each typed option's value checked against its field's type (before
-  tyro, whose type-union messages are not for users); ``none``/``null`` of an optional
-  option become tyro's ``None``.
-
-  Raises:
-    _CommandLineError: one line naming the flag, what it takes and the value given.
-  """
-  from fedjax_dp.cli_help import _parts, expected
-  by_flag = {f: name for name, fl in flags.items() for f in fl}
-  out, i = list(argv), 0
-  while i < len(out):
-    flag, eq, value = out[i].partition("=")
-    name = by_flag.get(flag) if flag.startswith("--") else None
-    if name is None or name not in hints:
-      i += 1
-      continue
-    base, words, optional = _parts(hints[name])
-    if base is bool or (flag == "--no-" + name.replace("_", "-")):
-      i += 1  # a switch (tyro refuses a value, and --no-X of a non-switch)
-      continue
-    at = i if eq else i + 1
-    if not eq and at >= len(out):
-      raise _CommandLineError(f"argument {flag}: expected {expected(hints[name])}, got "
-                              "nothing")
-    if not eq:
-      value = out[at]
-    ok = False
-    if optional and value.lower() in ("none", "null"):
-      value, ok = "None", True
-    elif value in [str(w) for w in words]:
-      ok = True
-    elif base is int:
-      try:
-        int(value)
-        ok = True
-      except ValueError:
-        pass
-    elif base is float:
-      try:
-        float(value)
-        ok = True
-      except ValueError:
-        pass
-    elif base is str:
-      ok = True
-    if not ok:
-      if base is None:  # choices only
-        close = difflib.get_close_matches(value, [str(w) for w in words], n=1)
-        raise _CommandLineError(
-            f"argument {flag}: invalid choice {value!r}; expected one of "
-            f"{', '.join(str(w) for w in words)}" + (" or none" if optional else "")
-            + (f" (did you mean {close[0]}?)" if close else ""))
-      raise _CommandLineError(f"argument {flag}: expected {expected(hints[name])}, got "
-                              f"{value!r}")
-    out[at] = f"{flag}={value}" if eq else value
-    i = at + 1
-  return out
-
-
-class _CommandLineError(Exception):
-  """A command line tyro refused (the message is one line)."""
 
 
 def _check_algorithm(argv: List[str]) -> str:

@@ -5,12 +5,16 @@ The text of each option is the first clause of its attribute docstring (the full
 in the documentation's command-line reference and in the Python API's docs), with
 parentheses and backticks left out; the default is the field's, or what the docstring's
 ``(default: ...)`` says. Nothing here imports JAX beyond the chosen algorithm's module.
+
+It also checks each typed option's value against its field's type before tyro parses
+the command line (`checked_values`), so that a bad value gets one line naming the flag.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import inspect
 import re
 import shutil
@@ -19,7 +23,8 @@ import typing
 from typing import Any, Dict, List, Optional, Tuple
 
 __all__ = ["field_docs", "metavar", "expected", "summary", "option_entries", "option_lines",
-           "run_help", "GROUPS"]
+           "run_help", "GROUPS", "CommandLineError",
+           "checked_values"]
 
 #: The groups of `fedjax_dp.runs.config.RunConfig`'s and the command line's options, in
 #: order; the algorithm's options come after the first two. A field in none of them is
@@ -312,3 +317,67 @@ def run_help(plugin, algorithm_names, *, sweep: bool = False,
     out.extend(["", f"{title}:",
                 *option_lines(entries, col, width, wrap=WRAPPED)])
   return "\n".join(out) + "\n"
+
+
+class CommandLineError(Exception):
+  """A command line tyro refused (the message is one line)."""
+
+
+def checked_values(argv: List[str], flags: Dict[str, List[str]],
+                   hints: Dict[str, object]) -> List[str]:
+  """``argv`` with each typed option's value checked against its field's type (before
+  tyro, whose type-union messages are not for users); ``none``/``null`` of an optional
+  option become tyro's ``None``.
+
+  Raises:
+    CommandLineError: one line naming the flag, what it takes and the value given.
+  """
+  by_flag = {f: name for name, fl in flags.items() for f in fl}
+  out, i = list(argv), 0
+  while i < len(out):
+    flag, eq, value = out[i].partition("=")
+    name = by_flag.get(flag) if flag.startswith("--") else None
+    if name is None or name not in hints:
+      i += 1
+      continue
+    base, words, optional = _parts(hints[name])
+    if base is bool or (flag == "--no-" + name.replace("_", "-")):
+      i += 1  # a switch (tyro refuses a value, and --no-X of a non-switch)
+      continue
+    at = i if eq else i + 1
+    if not eq and at >= len(out):
+      raise CommandLineError(f"argument {flag}: expected {expected(hints[name])}, got "
+                              "nothing")
+    if not eq:
+      value = out[at]
+    ok = False
+    if optional and value.lower() in ("none", "null"):
+      value, ok = "None", True
+    elif value in [str(w) for w in words]:
+      ok = True
+    elif base is int:
+      try:
+        int(value)
+        ok = True
+      except ValueError:
+        pass
+    elif base is float:
+      try:
+        float(value)
+        ok = True
+      except ValueError:
+        pass
+    elif base is str:
+      ok = True
+    if not ok:
+      if base is None:  # choices only
+        close = difflib.get_close_matches(value, [str(w) for w in words], n=1)
+        raise CommandLineError(
+            f"argument {flag}: invalid choice {value!r}; expected one of "
+            f"{', '.join(str(w) for w in words)}" + (" or none" if optional else "")
+            + (f" (did you mean {close[0]}?)" if close else ""))
+      raise CommandLineError(f"argument {flag}: expected {expected(hints[name])}, got "
+                              f"{value!r}")
+    out[at] = f"{flag}={value}" if eq else value
+    i = at + 1
+  return out

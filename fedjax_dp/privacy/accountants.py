@@ -69,7 +69,7 @@ __all__ = [
     "ACCOUNTANTS", "DEFAULT_RDP_ORDERS", "DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL",
     "UnsupportedAccountingError", "deduplicate_rdp_convergence_warnings",
     "excluded_orders_note", "check_accountant_supports", "event_epsilon",
-    "compute_epsilon", "PldAccountant", "visible_participation_rdp",
+    "compute_epsilon", "PldAccountant", "PldHistory", "visible_participation_rdp",
     "sampled_without_replacement_gaussian_pld",
 ]
 
@@ -391,6 +391,57 @@ class PldAccountant(dp_pld.PLDAccountant):
 @functools.lru_cache(maxsize=64)
 def _wor_pld_cached(z: float, q: float, interval: float):
   return sampled_without_replacement_gaussian_pld(z, q, interval)
+
+
+class PldHistory:
+  """PLD epsilon after each round of a sequence of runs (``count`` identical rounds of
+  one DpEvent each: `fedjax_dp.privacy.rounds.Run`), extended as rounds are appended
+  (`fedjax_dp.privacy.ledger.PrivacyLedger.epsilon_history`).
+
+  Each run's one-round PLD is built once (`PldAccountant` composing its event once);
+  the epsilon after round ``k`` of a run is that of the earlier runs' composed PLD
+  composed with the run's PLD self-composed ``k`` times: what composing the rounds so
+  far from scratch gives. A round with a non-private event (z = 0) gives inf from there
+  on. Uses `PldAccountant`'s ``_pld`` as that class does.
+  """
+
+  def __init__(self, interval: float):
+    self.interval = interval
+    self.eps: List[float] = []
+    self._run, self._first = 0, 0   # the current run and its first round's position
+    self._prefix: Any = None        # the PLD of the runs before the current one
+    self._base: Any = None          # the current run's one-round PLD
+    self._base_run, self._inf = -1, False
+
+  def _one_round(self, event: dp_accounting.DpEvent) -> Any:
+    acc = PldAccountant(self.interval)
+    acc.compose(event)
+    return None if acc._contains_non_dp_event else acc._pld
+
+  def extend(self, runs: Sequence[Any], num_rounds: int, delta: float) -> List[float]:
+    """The epsilons (at ``delta``) of the first ``num_rounds`` rounds of ``runs``,
+    computing only those not computed yet (``delta`` must be the same every call)."""
+    eps = self.eps
+    while len(eps) < num_rounds:
+      run = runs[self._run]
+      if not self._inf and self._base_run != self._run:
+        self._base, self._base_run = self._one_round(run.event), self._run
+        self._inf = self._base is None
+      for k in range(len(eps) - self._first + 1, run.count + 1):
+        if self._inf:
+          eps.append(math.inf)
+          continue
+        pld = self._base.self_compose(k) if k > 1 else self._base
+        if self._prefix is not None:
+          pld = self._prefix.compose(pld)
+        eps.append(float(pld.get_epsilon_for_delta(delta)))
+      if len(eps) < num_rounds:  # the run is complete: fold it into the prefix
+        if not self._inf:
+          whole = self._base.self_compose(run.count) if run.count > 1 else self._base
+          self._prefix = whole if self._prefix is None else self._prefix.compose(whole)
+        self._first += run.count
+        self._run += 1
+    return eps
 
 
 def _make_accountant(accountant: str, relation: NeighborRel,

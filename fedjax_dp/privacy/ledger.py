@@ -35,7 +35,7 @@ from dp_accounting.rdp import rdp_privacy_accountant
 import numpy as np
 
 # `_log`: the ledger logs its non-convergence summary on the accountants' logger.
-from fedjax_dp.privacy.accountants import (ACCOUNTANTS,
+from fedjax_dp.privacy.accountants import (ACCOUNTANTS, PldHistory,
                                            DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
                                            _check_orders, _check_pld_interval, _log,
                                            _make_accountant, _nonconvergence_message,
@@ -186,7 +186,7 @@ class PrivacyLedger:
     self._pld_prefix_runs = 0
     self._pld_prefix_interval: Optional[float] = None
     self._pld_results: Dict[Tuple[float, int], float] = {}
-    self._pld_history_state: Dict[Tuple[float, float], Dict[str, Any]] = {}
+    self._pld_history_state: Dict[Tuple[float, float], PldHistory] = {}
 
   # -- properties ------------------------------------------------------------
 
@@ -521,44 +521,12 @@ class PrivacyLedger:
     self._pld_results[key] = eps
     return eps
 
-  def _pld_round(self, event: dp_accounting.DpEvent, interval: float) -> Any:
-    """The PLD of one round's ``event`` on the grid ``interval`` (dp_accounting's PLD
-    accountant composing it once), or None for a non-private event (epsilon inf)."""
-    acc = cast(Any, _make_accountant("pld", NeighborRel.ADD_OR_REMOVE_ONE, None, interval))
-    acc.compose(event)
-    return None if acc._contains_non_dp_event else acc._pld
-
   def _pld_history(self, delta: float) -> List[float]:
     """PLD epsilon after each recorded round (cached per (delta, grid); see
-    `epsilon_history`). The state kept: the PLD of the runs before the current one
-    (None: nothing composed yet) and the current run's one-round PLD."""
+    `epsilon_history` and `fedjax_dp.privacy.accountants.PldHistory`)."""
     interval = self._pld_interval_for(delta)
-    st = self._pld_history_state.setdefault(
-        (delta, interval), {"eps": [], "run": 0, "first": 0, "prefix": None,
-                            "base": None, "base_run": -1, "inf": False})
-    eps: List[float] = st["eps"]
-    runs = self._runs
-    while len(eps) < self._num_rounds:
-      i = st["run"]
-      run = runs[i]
-      if not st["inf"] and st["base_run"] != i:
-        st["base"], st["base_run"] = self._pld_round(run.event, interval), i
-        st["inf"] = st["base"] is None
-      for k in range(len(eps) - st["first"] + 1, run.count + 1):
-        if st["inf"]:
-          eps.append(math.inf)
-          continue
-        pld = st["base"].self_compose(k) if k > 1 else st["base"]
-        if st["prefix"] is not None:
-          pld = st["prefix"].compose(pld)
-        eps.append(float(pld.get_epsilon_for_delta(delta)))
-      if len(eps) < self._num_rounds:  # run i is complete: fold it into the prefix
-        if not st["inf"]:
-          whole = st["base"].self_compose(run.count) if run.count > 1 else st["base"]
-          st["prefix"] = whole if st["prefix"] is None else st["prefix"].compose(whole)
-        st["first"] += run.count
-        st["run"] = i + 1
-    return eps
+    hist = self._pld_history_state.setdefault((delta, interval), PldHistory(interval))
+    return hist.extend(self._runs, self._num_rounds, delta)
 
   # -- queries ---------------------------------------------------------------
 
