@@ -23,7 +23,10 @@ def print_summary(s: Dict[str, Any]) -> int:
 
 
 def eps_text(value: float) -> str:
-  """An epsilon for the terminal: 3 decimals, or 4 significant digits when huge."""
+  """An epsilon for the terminal: 3 decimals, or 3 significant digits when below 0.1
+  (a target of 0.001 must not print as 0.000), or 4 when huge."""
+  if 0 < value < 0.1:
+    return f"{value:.3g}"
   return f"{value:.3f}" if value < 1e4 else f"{value:.4g}"
 
 

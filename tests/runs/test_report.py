@@ -53,3 +53,9 @@ def test_outputs_lists_only_what_was_written(tmp_path):
   assert report.output_files(out) == (
       f"{out}/metrics.jsonl, summary.json, curves.png, tensorboard/, checkpoints/ (resume "
       f"a killed run with --resume {out})")
+
+
+def test_a_small_epsilon_is_not_printed_as_zero():
+  assert report.eps_text(0.00087) == "0.00087"
+  assert report.eps_text(0.0) == "0.000" and report.eps_text(3.1154) == "3.115"
+  assert report.eps_text(2.5e5) == "2.5e+05"
