@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import difflib
 import json
+import os
 import re
 import signal
 import sys
@@ -534,6 +535,18 @@ def _unknown_command(parser: argparse.ArgumentParser, word: List[str]) -> Option
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+  """The ``fedjax-dp`` command; returns its exit status (0; 2 a bad input; 3 a run that
+  diverged; 128 + n interrupted by signal n; 1 the reader of its output went away, as
+  ``fedjax-dp run --help | head`` does)."""
+  try:
+    return _main(argv)
+  except BrokenPipeError:  # the reader closed the pipe: no traceback
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit writes nowhere
+    return 1
+
+
+def _main(argv: Optional[List[str]]) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   top = _split_top_level(argv)
   if argv[top:top + 1] in (["run"], ["sweep"]):

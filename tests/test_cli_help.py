@@ -200,3 +200,13 @@ def test_progress_on_a_terminal_is_a_bar():
   p.close()
   text = stream.getvalue()
   assert "compiling the round program" in text and "4/4" in text and "compiled in" in text
+
+
+def test_help_piped_into_head_ends_without_a_traceback():
+  """``fedjax-dp run --help | head -3``: the reader closes the pipe early."""
+  code = ("import sys; from fedjax_dp.cli import main; sys.exit(main(sys.argv[1:]))")
+  proc = subprocess.run(
+      f"{sys.executable} -c '{code}' sweep --help | head -3", shell=True,
+      capture_output=True, text=True, timeout=120)
+  assert proc.stdout.startswith("usage: fedjax-dp sweep"), proc.stdout
+  assert "Traceback" not in proc.stderr and "BrokenPipeError" not in proc.stderr, proc.stderr

@@ -24,24 +24,17 @@ SWEEP_USAGE = """\
 usage: fedjax-dp sweep [RUN OPTIONS] [--seeds SEEDS] [--OPTION V1,V2,...] [--sweep-chunk K]
        fedjax-dp sweep --resume DIR [the sweep's options again]
 
-Runs every configuration of a sweep as one vmapped compiled program: the Cartesian
-product of the seeds (--seeds 0-7, or 0,3,5; default: --seed) and of every numeric
-option given as a comma list (e.g. --noise-multiplier 1,2,3 --clip-norm 0.5,1). Each
-configuration writes its own run folder <out>/<option=value,...,seed=S> (metrics.jsonl,
-summary.json, curves.png, checkpoints/, its own privacy ledger); <out> (default
-runs/sweep) gets sweep.json, sweep.md and sweep.png: final test accuracy mean and
-sample std (ddof=1) over the seeds, and epsilon, per setting. An option that changes
-the compiled program (a number of local steps, a cohort size) is refused: sweep it with
-separate runs. Ctrl-C or SIGTERM stops the sweep after the block in progress, with
-every configuration's records, checkpoint and summary written; --resume DIR continues
-it from the round all its configurations reached (options given with it must be the
-sweep's own).
+Runs every combination of the seeds and of each numeric option given as a comma list
+(--noise-multiplier 1,2,3) as one vmapped compiled program; each configuration gets its
+own run folder, <out> gets sweep.json/.md/.png. Details: docs/how-to/sweeps.md.
+
+sweep options:
   --seeds SEEDS      root seeds: ranges and values separated by commas (0-7, 0,3,5)
   --sweep-chunk K    at most K configurations per vmapped program (default: all; the
                      results are the same, memory and compute grow with K)
   --data-seed N      seed of the data partition shared by all (default: the first seed)
   --resume DIR       continue the interrupted sweep whose --out was DIR
-Every option of `fedjax-dp run` is taken (listed below).
+Every option of fedjax-dp run is taken (listed below).
 """
 
 
