@@ -57,7 +57,7 @@ __all__ = [
 
 @dataclasses.dataclass
 class RunResult:
-  """What `run` returns: final server state, per-round records (0-based ``round``),
+  """What `run` returns: final server state, per-round records (1-based ``round``),
   the summary, the ledger."""
   state: ServerState
   records: List[Dict[str, Any]]

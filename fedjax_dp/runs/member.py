@@ -101,8 +101,8 @@ class Member:
     saved_records: the checkpoint's records (1-based ``round``, every field).
     written: every record so far (1-based ``round``, every field): what checkpoints
       keep; metrics.jsonl gets `published` of each.
-    fresh: this session's records as the rounds reported them (0-based ``round``).
-    records: after `finish`, every round's record (0-based ``round``).
+    fresh: this session's records as the rounds reported them (1-based ``round``).
+    records: after `finish`, every round's record (1-based ``round``).
     summary: after `finish`, its summary (every field).
     kept_per_client: the per-client ledger of its newest checkpoint.
     folder, checkpointer, metrics_file, trackers: its files (None: not written).

@@ -229,7 +229,7 @@ def common_summary(cfg: RunConfig, setup: Setup, alg: Algorithm,
                    ) -> Dict[str, Any]:
   """summary.json's fields common to every algorithm: of the run ``cfg`` (its
   ``setup``, algorithm ``alg``, noise multiplier ``z`` and ``ledger``), its records
-  (0-based ``round``) and ``written`` (what checkpoints keep), the ``final``
+  (1-based ``round``) and ``written`` (what checkpoints keep), the ``final``
   evaluation, the records' disclosure ``labels``, the rounds ``planned`` (the budget
   guard's, ``guarded``), the signal that ``interrupted`` it and its ``wall`` time (s)."""
   data: FederatedData = setup.data
