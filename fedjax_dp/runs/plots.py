@@ -234,7 +234,7 @@ def plot_run(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any],
   Args:
     records: the rows of ``metrics.jsonl`` (1-based ``round``; ``test_accuracy`` on
       evaluation rounds; ``epsilon`` None or absent when non-private), not
-      `RunResult.records` (the same rounds, with more fields).
+      `RunResult.records`.
     summary: the ``summary.json`` dict.
     path: the PNG file to write.
 
