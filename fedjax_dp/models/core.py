@@ -34,7 +34,7 @@ from fedjax_dp.models.conv_lowering import CONV_LOWERINGS, lowered_convs
 from fedjax_dp.validation import FedJaxDpError, check_choice
 
 __all__ = [
-    "Params", "MODEL_NAMES", "LOSSES", "cross_entropy_loss", "multiclass_hinge_loss",
+    "Params", "MODEL_NAMES", "SEQUENCE_MODELS", "SEQUENCE_DEFAULT_WIDTHS", "LOSSES", "cross_entropy_loss", "multiclass_hinge_loss",
     "Model", "count_params", "create_model", "default_model_name", "from_module",
     "as_model", "is_factory_spec", "check_factory_spec", "load_model_factory",
     "model_from_factory",
@@ -42,7 +42,13 @@ __all__ = [
 
 Params = Any
 
-MODEL_NAMES = ("mlp", "cnn", "cnn3", "lenet5", "cnn_fc50", "har_cnn", "linear")
+MODEL_NAMES = ("mlp", "cnn", "cnn3", "lenet5", "cnn_fc50", "har_cnn", "linear",
+               "char_lstm", "char_transformer")
+#: Models of token windows ``[T]`` whose input vocabulary is the output classes.
+SEQUENCE_MODELS = ("char_lstm", "char_transformer")
+#: Default widths of the sequence models (``hidden`` of `create_model`): LEAF's
+#: 2 x 256 LSTM; 2 transformer blocks of width 128.
+SEQUENCE_DEFAULT_WIDTHS = {"char_lstm": (256, 256), "char_transformer": (128, 128)}
 
 #: ``package.module:factory`` (`model_from_factory`).
 _FACTORY_SPEC = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*")
@@ -117,7 +123,7 @@ def count_params(params: Params) -> int:
 
 
 def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
-                 hidden: Sequence[int] = (200, 200), activation: str = "relu",
+                 hidden: Optional[Sequence[int]] = None, activation: str = "relu",
                  loss: str = "cross_entropy") -> Model:
   """Builds a named model.
 
@@ -129,10 +135,17 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
       ``"cnn3"`` (RDP-PFL's 3-conv CIFAR CNN; its
       dense widths are ``hidden``, default (200, 200) -> give (128, 256) for the
       paper's),
-      ``"har_cnn"`` (1-D CNN, needs ``[T, channels]``), ``"linear"``.
+      ``"har_cnn"`` (1-D CNN, needs ``[T, channels]``), ``"linear"``,
+      ``"char_lstm"`` (LEAF's character LSTM, `fedjax_dp.models.sequence.CharLSTM`) and
+      ``"char_transformer"`` (a small causal transformer); the two character models
+      need token windows ``[T]`` whose ids are the classes (``num_classes`` is the
+      vocabulary size).
     feature_shape: shape of one example.
     num_classes: number of classes (>= 2).
-    hidden: hidden dense widths of ``"mlp"`` and ``"cnn3"``.
+    hidden: hidden dense widths of ``"mlp"`` and ``"cnn3"`` (default ``(200, 200)``);
+      the LSTM layers' widths of ``"char_lstm"`` (default ``(256, 256)``, LEAF's); the
+      width of each block of ``"char_transformer"`` (all equal; default ``(128,
+      128)``: two blocks of width 128, 4 heads).
     activation: MLP activation, ``"relu"`` or ``"linear"``.
     loss: ``"cross_entropy"`` or ``"hinge"``.
 
@@ -145,6 +158,9 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
   feature_shape = tuple(int(d) for d in feature_shape)
   if num_classes < 2:
     raise FedJaxDpError(f"num_classes must be >= 2, got {num_classes}.")
+  if name in SEQUENCE_MODELS:
+    return _sequence_model(name, feature_shape, num_classes, hidden, loss)
+  hidden = (200, 200) if hidden is None else hidden
   if name == "mlp":
     module = modules.MLP(hidden=tuple(hidden), num_classes=num_classes, activation=activation)
   elif name == "cnn":
@@ -174,6 +190,31 @@ def create_model(name: str, feature_shape: Sequence[int], num_classes: int,
     module = modules.HARConv1D(num_classes=num_classes)
   else:
     module = modules.Linear(num_classes=num_classes)
+  return Model(name=name, module=module, feature_shape=feature_shape,
+               num_classes=num_classes, loss_name=loss)
+
+
+def _sequence_model(name: str, feature_shape: tuple, num_classes: int,
+                    hidden: Optional[Sequence[int]], loss: str) -> Model:
+  """``char_lstm`` / ``char_transformer`` (see `create_model`)."""
+  from fedjax_dp.models import sequence
+  if len(feature_shape) != 1 or feature_shape[0] < 1:
+    raise FedJaxDpError(f"model {name!r} needs token windows [T] (one integer id per "
+                        f"position), got feature shape {feature_shape}.", option="model")
+  widths = tuple(int(w) for w in (SEQUENCE_DEFAULT_WIDTHS[name] if hidden is None
+                                   else hidden))
+  if not widths or min(widths) < 1:
+    raise FedJaxDpError(f"hidden must hold positive widths for {name!r}, got {widths}.",
+                        option="hidden")
+  if name == "char_lstm":
+    module: nn.Module = sequence.CharLSTM(vocab_size=num_classes, hidden=widths)
+  else:
+    if len(set(widths)) != 1 or widths[0] % 4:
+      raise FedJaxDpError(f"hidden for 'char_transformer' gives one width per block, all "
+                          f"equal and a multiple of its 4 heads (e.g. 128,128), got "
+                          f"{widths}.", option="hidden")
+    module = sequence.CharTransformer(vocab_size=num_classes, max_len=feature_shape[0],
+                                      widths=widths)
   return Model(name=name, module=module, feature_shape=feature_shape,
                num_classes=num_classes, loss_name=loss)
 

@@ -38,7 +38,12 @@ norm). Two ways to compute it, chosen automatically (``method="auto"``):
 
 A layer class of one's own that computes ``x @ kernel (+ bias)`` like ``nn.Dense``
 (``kernel [d_in, d_out]``, optional ``bias [d_out]``, ``use_bias`` attribute) declares
-``per_example_rule = "dense"`` to get the closed form instead of the vmapped VJP.
+``per_example_rule = "dense"`` to get the closed form instead of the vmapped VJP. A
+recurrence ``z_t = a_t + h_{t-1} W`` (one parameter ``W``, input ``a [B, T, F]``, output
+``h [B, T, H]``, `fedjax_dp.models.sequence.LSTMRecurrence`) declares
+``per_example_rule = "recurrent"``: its per-example gradient ``sum_t h_{t-1}^T
+delta_t`` is a dense layer on ``h_{t-1}`` with output gradients ``delta_t = dL/da_t``,
+which one batched VJP of the layer gives (then the same two formulas apply).
 
 ``"ghost"`` applies when every parameter belongs to a flax *leaf* module (one whose
 ``params`` are arrays, not sub-dicts) that is called exactly once, through
@@ -92,12 +97,14 @@ class ClippedSum(NamedTuple):
 class _Leaf(NamedTuple):
   path: Tuple[str, ...]
   module: nn.Module          # unbound clone: ``module.apply({"params": p}, a)``
-  kind: str                  # "dense", "conv" (closed forms) or "generic" (vmapped VJP)
+  kind: str                  # "dense", "conv", "recurrent" (closed forms) or "generic"
 
 
 def _leaf_kind(mod: nn.Module) -> str:
   if type(mod) is nn.Dense or getattr(type(mod), "per_example_rule", None) == "dense":
     return "dense"
+  if getattr(type(mod), "per_example_rule", None) == "recurrent":
+    return "recurrent"
   if conv_lowering.conv_plan(mod) is not None and getattr(mod, "mask", None) is None:
     return "conv"
   return "generic"
@@ -143,7 +150,8 @@ def _traced_forward(model, params, x, perturbations=None):
 
   def interceptor(next_fun, args, kwargs, context):
     mod = context.module
-    if not _is_leaf_module(mod):
+    if not _is_leaf_module(mod) or context.method_name == "setup":
+      # ``setup`` declares parameters (nn.Embed's table); they are used in __call__
       return next_fun(*args, **kwargs)
     path = tuple(mod.scope.path)
     name = "/".join(path) or type(mod).__name__
@@ -314,10 +322,31 @@ def _generic_sq_norms(mod: nn.Module, p, a, e):
   """Per-example squared norms of any row-wise layer's parameter gradients: its own
   VJP on one row, vmapped over the batch. ``[B]`` float32."""
   def one(ai, ei):
-    _, vjp = jax.vjp(lambda q: _leaf_apply(mod, q, ai[None]), p)
-    (gp,) = vjp(ei[None].astype(jnp.result_type(ai)))
+    out, vjp = jax.vjp(lambda q: _leaf_apply(mod, q, ai[None]), p)
+    (gp,) = vjp(ei[None].astype(out.dtype))  # the output's dtype (an Embed's input is int)
     return sum(jnp.sum(jnp.square(l.astype(jnp.float32))) for l in jax.tree_util.tree_leaves(gp))
   return jax.vmap(one)(a, e)
+
+
+def _recurrent_sq_norms(mod: nn.Module, p, a, e):
+  """Per-example squared norms of a recurrence's kernel gradient (``per_example_rule =
+  "recurrent"``, e.g. `fedjax_dp.models.sequence.LSTMRecurrence`).
+
+  The layer maps ``a [B, T, F]`` to ``h [B, T, H]`` through ``z_t = a_t + h_{t-1} W``
+  (``W [H, F]``, its only parameter, ``h_{-1} = 0``), so example i's gradient is
+  ``sum_t h_{i,t-1}^T delta_{i,t}`` with ``delta_{i,t} = dL_i/dz_t = dL_i/da_t``: a
+  dense layer on the sequence ``h_{t-1}`` whose output gradients are the layer's input
+  gradients, which one batched VJP of the layer with respect to ``a`` gives (rows are
+  independent, so the batch VJP is per example). Returns ``(sq [B], per, (h_prev,
+  delta))``: ``per`` as `_grouped_sq_norms`' ``g`` (``{"<name>": [B, H, F]}`` or None)."""
+  (name,) = tuple(p.keys())
+  h, vjp = jax.vjp(lambda a_: _leaf_apply(mod, p, a_), a)
+  (delta,) = vjp(e.astype(h.dtype))
+  h = h.astype(jnp.float32)
+  h_prev = jnp.concatenate([jnp.zeros_like(h[:, :1]), h[:, :-1]], axis=1)
+  delta = delta.astype(jnp.float32)
+  sq, g = _grouped_sq_norms(h_prev[:, :, None], delta[:, :, None], use_bias=False)
+  return sq, (None if g is None else {name: g[:, 0]}), (h_prev, delta)
 
 
 def _clip_scale(sq_norms, weights, clip_norm):
@@ -341,23 +370,31 @@ def _ghost(model, params, x, y, weights, clip_norm) -> ClippedSum:
   (_, (losses, inputs, leaves)), outs_grads = jax.value_and_grad(
       loss_of_perturbations, has_aux=True)(zeros)
   sq = jnp.zeros(x.shape[0], jnp.float32)
-  formed = []
-  for leaf, a, e in zip(leaves, inputs, outs_grads):
+  formed, recurrent = [], {}
+  for i, (leaf, a, e) in enumerate(zip(leaves, inputs, outs_grads)):
     p = _get(params, leaf.path)
     if leaf.kind == "generic":
       sq_l, per = _generic_sq_norms(leaf.module, p, a, e), None
+    elif leaf.kind == "recurrent":
+      sq_l, per, recurrent[i] = _recurrent_sq_norms(leaf.module, p, a, e)
     else:
       sq_l, per = (_dense_sq_norms if leaf.kind == "dense" else _conv_sq_norms)(
           leaf.module, a, e)
     sq, formed = sq + sq_l, formed + [per]
   scale, norms, finite = _clip_scale(sq, weights, clip_norm)
   total = _unfreeze(jax.tree_util.tree_map(jnp.zeros_like, params))
-  for leaf, a, e, per in zip(leaves, inputs, outs_grads, formed):
+  for i, (leaf, a, e, per) in enumerate(zip(leaves, inputs, outs_grads, formed)):
     p = _get(params, leaf.path)
     if per is not None:  # per-example gradients formed for the norms: weight and sum
       g = {k: jnp.tensordot(scale, jnp.where(_rows(finite, v), v, 0.0), axes=(0, 0))
               .astype(p[k].dtype) for k, v in per.items()}
       _set(total, leaf.path, g)
+      continue
+    if leaf.kind == "recurrent":  # sum_i s_i sum_t h_{i,t-1}^T delta_{i,t}
+      h_prev, delta = (jnp.where(_rows(finite, v), v, 0.0) for v in recurrent[i])
+      (name,) = tuple(p.keys())
+      g = jnp.einsum("bth,btf->hf", h_prev * scale[:, None, None], delta)
+      _set(total, leaf.path, {name: g.astype(p[name].dtype)})
       continue
     a = jnp.where(_rows(finite, a), a, 0)  # a non-finite row must not turn 0 * Inf into NaN
     e = jnp.where(_rows(finite, e), e, 0)
