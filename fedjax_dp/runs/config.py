@@ -54,8 +54,8 @@ class RunConfig:
   algorithm: str = registry.DEFAULT
   """the algorithm (`fedjax_dp.algorithms.registry`; its options are listed below)"""
   dataset: Optional[str] = None
-  """har, har_features, fashion_mnist, mnist, emnist, cifar10, adult or synthetic
-  (default: the algorithm's; `fedjax-dp datasets` shows what is available here), or
+  """har, har_features, fashion_mnist, mnist, emnist, cifar10, adult, synthetic or
+  shakespeare (default: the algorithm's; `fedjax-dp datasets` shows what is available here), or
   npz:PATH: your
   own data in one .npz file (x [N, ...], y [N], client_id [N]; optional test_x, test_y,
   num_classes, name; see fedjax_dp.data.sources.npz)"""
@@ -88,13 +88,15 @@ class RunConfig:
   are an error (default: $FEDJAX_DP_DATA_DIR, then system packages and TFDS's folders;
   the copy used is named in summary.json)"""
   model: Optional[str] = None
-  """mlp, cnn, cnn3, lenet5, cnn_fc50, har_cnn or linear (default: the algorithm's, else
+  """mlp, cnn, cnn3, lenet5, cnn_fc50, har_cnn, linear, char_lstm or char_transformer
+  (the last two for token windows such as shakespeare's) (default: the algorithm's, else
   the dataset's; for npz data cnn for images, else mlp), or your own:
   package.module:factory, a function (feature_shape, num_classes) -> flax module (the
   current directory is importable)"""
   hidden: Optional[str] = None
   """hidden dense widths of mlp and cnn3, e.g. 32 or 200,200 (default: the algorithm's,
-  else 200,200)"""
+  else 200,200); the LSTM widths of char_lstm (default 256,256) or the block widths of
+  char_transformer (default 128,128)"""
   activation: Optional[Literal["relu", "linear"]] = None
   """MLP activation (default: the algorithm's, else relu)"""
   rounds: int = 50

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # annotations only (no import at run time)
   from fedjax_dp.models import Model
 
 __all__ = [
-    "NoiseMultiplier", "DEFAULT_MODELS", "run_mesh", "with_default_noise_multiplier",
+    "NoiseMultiplier", "DEFAULT_MODELS", "TOKEN_DATASETS", "run_mesh", "with_default_noise_multiplier",
     "load_data", "make_setup", "device_population", "build", "rounds_dependent",
 ]
 
@@ -43,7 +43,10 @@ NoiseMultiplier = Union[float, np.ndarray]
 #: The model of a dataset when neither ``--model`` nor the algorithm names one.
 DEFAULT_MODELS = {"adult": "linear", "har": "har_cnn", "har_features": "linear",
                   "fashion_mnist": "cnn", "mnist": "cnn", "emnist": "cnn", "cifar10": "cnn",
-                  "synthetic": "mlp"}
+                  "synthetic": "mlp", "shakespeare": "char_lstm"}
+
+#: Datasets whose features are token ids (windows of characters), not real values.
+TOKEN_DATASETS = ("shakespeare",)
 
 
 def run_mesh(devices: Optional[int]) -> Optional[jax.sharding.Mesh]:
@@ -148,12 +151,13 @@ def make_setup(cfg: RunConfig, data: Optional[FederatedData] = None,
     name = (cfg.model or spec.name or DEFAULT_MODELS.get(dataset)
             or model_core.default_model_name(trained.feature_shape))
     kwargs = {}
-    if name in ("mlp", "cnn3"):
+    if name in ("mlp", "cnn3") + model_core.SEQUENCE_MODELS:
       kwargs = dict(spec.kwargs) if cfg.model in (None, spec.name) else {}
       if cfg.activation is not None and name == "mlp":
         kwargs["activation"] = cfg.activation
       if cfg.hidden is not None:
         kwargs["hidden"] = parse_hidden(cfg.hidden)
+    _check_model_fits_tokens(name, dataset)
     model = create_model(name, trained.feature_shape, trained.num_classes, **kwargs)
   mesh = run_mesh(cfg.devices)
   phases = None
@@ -161,6 +165,24 @@ def make_setup(cfg: RunConfig, data: Optional[FederatedData] = None,
     phases = [(first, device_population(fd, mesh)) for first, fd in prepared.phases]
   return Setup(cfg, cfg.options, trained, model, mesh, prepared.extras, phases,
                model_name=name)
+
+
+def _check_model_fits_tokens(name: str, dataset: Optional[str]) -> None:
+  """A character model needs token windows; token windows need a character model.
+
+  Raises:
+    FedJaxDpError: the two do not match (option ``model``).
+  """
+  from fedjax_dp.models.core import SEQUENCE_MODELS
+  tokens = dataset in TOKEN_DATASETS
+  if tokens and name not in SEQUENCE_MODELS:
+    raise FedJaxDpError(f"model {name!r} cannot read {dataset}'s token windows (integer "
+                        f"character ids); use {' or '.join(SEQUENCE_MODELS)}, or your own "
+                        f"module (package.module:factory).", option="model")
+  if name in SEQUENCE_MODELS and not tokens:
+    raise FedJaxDpError(f"model {name!r} reads token windows; dataset {dataset!r} has "
+                        f"real-valued features. Token datasets: "
+                        f"{', '.join(TOKEN_DATASETS)}.", option="model")
 
 
 def device_population(data: FederatedData, mesh: Optional[jax.sharding.Mesh]

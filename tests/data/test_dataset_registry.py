@@ -44,7 +44,7 @@ def test_natural_partition_refused_without_users(isolated_data_env, fake_mnist_d
 def test_list_datasets_fields_and_availability(isolated_data_env):
   infos = {i.name: i for i in data.list_datasets()}
   assert list(infos) == ["har", "har_features", "fashion_mnist", "mnist", "emnist",
-                         "cifar10", "adult", "synthetic"]
+                         "cifar10", "adult", "synthetic", "shakespeare"]
   assert infos["synthetic"].available
   assert not infos["fashion_mnist"].available  # isolated: no Debian dir, no env var
   assert not infos["cifar10"].available and not infos["emnist"].available
