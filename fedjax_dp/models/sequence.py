@@ -33,7 +33,7 @@ import jax.numpy as jnp
 
 __all__ = [
     "LSTMRecurrence", "LSTM", "CharLSTM", "PositionEmbedding", "CausalSelfAttention",
-    "TransformerBlock", "CharTransformer", "tokens",
+    "TransformerBlock", "CharTransformer", "tokens", "sample",
 ]
 
 
@@ -197,3 +197,44 @@ class CharTransformer(nn.Module):
       h = TransformerBlock(self.num_heads, name=f"block_{i}")(h)
     h = nn.LayerNorm(name="ln_f")(h)
     return nn.Dense(self.vocab_size, name="out")(h[:, -1])
+
+
+def sample(model, params, prompt, length: int, key, temperature: float = 1.0,
+           pad_id: int = 0) -> jax.Array:
+  """Samples ``length`` tokens after ``prompt`` from a next-token model, one at a time.
+
+  Each step feeds the last ``T = model.feature_shape[0]`` tokens (the prompt
+  left-padded with ``pad_id`` when shorter) and draws the next token from
+  ``softmax(logits / temperature)``; the whole loop is one ``lax.scan``.
+
+  Args:
+    model: a `fedjax_dp.models.Model` over windows ``[T]`` (``char_lstm``,
+      ``char_transformer`` or your own).
+    params: its parameters.
+    prompt: token ids ``[P]`` (any integer or float array, P >= 0).
+    length: how many tokens to sample (>= 1).
+    key: a PRNG key.
+    temperature: > 0; lower is greedier.
+    pad_id: the id that fills a prompt shorter than T (Shakespeare: 0, the newline).
+
+  Returns:
+    int32 ``[length]``: the sampled ids (the prompt not included).
+
+  Raises:
+    ValueError: ``length < 1`` or ``temperature <= 0``.
+  """
+  if length < 1 or not temperature > 0:
+    raise ValueError(f"length must be >= 1 and temperature > 0, got {length} and "
+                     f"{temperature}.")
+  t = int(model.feature_shape[0])
+  prompt = tokens(jnp.asarray(prompt).reshape(-1))[-t:]
+  window = jnp.concatenate([jnp.full((t - prompt.shape[0],), pad_id, jnp.int32), prompt])
+
+  def step(win, k):
+    logits = model.apply(params, win[None].astype(jnp.float32))[0]
+    nxt = jax.random.categorical(k, logits / temperature).astype(jnp.int32)
+    return jnp.concatenate([win[1:], nxt[None]]), nxt
+
+  _, out = jax.jit(lambda w, ks: jax.lax.scan(step, w, ks))(
+      window, jax.random.split(key, length))
+  return out

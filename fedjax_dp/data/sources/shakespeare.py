@@ -83,7 +83,7 @@ __all__ = [
     "PIP_REQUIREMENT", "SDIST_NAME", "SDIST_SHA256", "SDIST_SIZE", "TEXTS_DIR", "POEMS",
     "ALL_LETTERS", "OOV_ID", "NUM_CLASSES", "SEQ_LEN", "SEPARATOR", "MIN_SPEECHES",
     "DEFAULT_MIN_CHARS", "PREPARE_COMMAND", "HOW_TO_GET", "sdist_path", "is_prepared",
-    "prepare", "parse_play", "read_plays", "load_roles", "encode", "ShakespeareData",
+    "prepare", "parse_play", "read_plays", "load_roles", "encode", "decode", "ShakespeareData",
     "load_shakespeare", "stats",
 ]
 
@@ -336,6 +336,20 @@ def encode(text: str) -> np.ndarray:
     wide = np.fromiter((ord(c) > 255 for c in text), dtype=bool, count=len(text))
     ids[wide] = OOV_ID
   return ids
+
+
+def decode(ids) -> str:
+  """The text of token ids (any integer or float array ``[n]``, as `encode` gives or a
+  model samples): `ALL_LETTERS`, and ``"?"`` for `OOV_ID`.
+
+  Raises:
+    ValueError: an id outside ``[0, NUM_CLASSES)``.
+  """
+  ids = np.rint(np.asarray(ids, dtype=np.float64)).astype(np.int64).ravel()
+  if ids.size and (ids.min() < 0 or ids.max() >= NUM_CLASSES):
+    raise ValueError(f"ids must lie in [0, {NUM_CLASSES}), got min {ids.min()} max "
+                     f"{ids.max()}.")
+  return "".join(ALL_LETTERS[i] if i < OOV_ID else "?" for i in ids)
 
 
 # --------------------------------------------------------------------------- samples
