@@ -63,7 +63,7 @@ is treated as non-finite (the vmap path rescales and clips it).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, NamedTuple, Tuple
+from typing import Any, Callable, List, NamedTuple, Tuple, cast
 
 import flax.linen as nn
 import jax
@@ -307,10 +307,12 @@ def _conv_leaf_apply(mod: nn.Module, q, a):
   return conv_lowering.conv_apply(plan, a, kernel, bias, getattr(mod, "precision", None))
 
 
-def _leaf_apply(mod: nn.Module, q, a):
+def _leaf_apply(mod: nn.Module, q, a) -> jax.Array:
   """A leaf module applied alone (any nn.Conv inside lowered to patches x kernel)."""
   with conv_lowering.lowered_convs():
-    return mod.apply({"params": q}, a)
+    # flax annotates apply as `Any | (output, variables)`; without ``mutable`` it is the
+    # output alone
+    return cast(jax.Array, mod.apply({"params": q}, a))
 
 
 def _same(*args, dtype=None):
