@@ -25,16 +25,16 @@ def test_quick_comparison_and_scorecard(tmp_path):
                   str(out)], check=True, cwd=ROOT, timeout=900)
   data = json.loads(out.read_text())
   kinds = {r["kind"] for r in data["runs"]}
-  assert kinds == {"fedavg", "dp_fedavg", "adaptive", "tree", "banded"}
+  assert kinds == {"fedavg", "dp_fedavg", "adaptive", "adaptive_slow", "tree", "banded"}
   for r in data["runs"]:
     assert 0.0 <= r["final_accuracy"] <= 1.0
     if r["target_epsilon"] is not None:
       assert math.isclose(r["epsilon"], r["target_epsilon"], rel_tol=0.01), r
-  assert (tmp_path / "compare.md").read_text().count("\n| ") >= 5
+  assert (tmp_path / "compare.md").read_text().count("\n| ") >= 6
   import importlib.util
   spec = importlib.util.spec_from_file_location("shakespeare_scorecard",
                                                 os.path.join(HERE, "scorecard.py"))
   card = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(card)  # imports experiments/scorecard.py as `scorecard`
   rows = card.rows_of(data)
-  assert len(rows) == 4 and all(r.verdict.verdict == "inconclusive" for r in rows)  # 1 seed
+  assert len(rows) == 5 and all(r.verdict.verdict == "inconclusive" for r in rows)  # 1 seed

@@ -35,6 +35,7 @@ finishes), ``results/compare.md`` (mean and 95% CI per variant) and ``compare.pn
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import sys
@@ -46,7 +47,7 @@ from results_store import Results, plot  # noqa: E402  (also enables the compile
 import scorecard  # noqa: E402  (experiments/scorecard.py)
 
 from fedjax_dp.data import load_dataset  # noqa: E402
-from fedjax_dp.runs import RunConfig  # noqa: E402
+from fedjax_dp.runs import RunConfig, run  # noqa: E402
 from fedjax_dp.runs.sweep import run_sweep  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,9 +56,12 @@ PUBLISHED_FEDAVG = 0.54  # McMahan et al. 2017, Table 2 (LSTM, Shakespeare)
 VARIANTS = {
     "fedavg": ("FedAvg (non-private)", "fedavg", None, {}),
     "dp_fedavg": ("DP-FedAvg, Poisson (amplified)", "dp_fedavg", "eps", {}),
-    "adaptive": ("DP-FedAvg, adaptive clipping", "dp_fedavg", "eps",
+    "adaptive": ("DP-FedAvg, adaptive clipping (eta_C 0.2, the paper's)", "dp_fedavg", "eps",
                  {"clip_norm": "adaptive", "initial_clip_norm": 0.1,
                   "clip_learning_rate": 0.2, "target_quantile": 0.5}),
+    "adaptive_slow": ("DP-FedAvg, adaptive clipping (eta_C 0.05)", "dp_fedavg", "eps",
+                      {"clip_norm": "adaptive", "initial_clip_norm": 0.1,
+                       "clip_learning_rate": 0.05, "target_quantile": 0.5}),
     "tree": ("DP-FTRL tree (cyclic)", "dp_ftrl", "eps", {"mechanism": "tree"}),
     "banded": ("banded MF (cyclic)", "dp_ftrl", "eps", {"mechanism": "banded"}),
 }
@@ -93,19 +97,22 @@ def base_config(key: str, eps: Optional[float], s: Dict[str, Any], n: int) -> Ru
 
 
 def run_variant(key: str, eps: Optional[float], s: Dict[str, Any], data) -> List[Dict]:
-  """Every seed of one variant: one vmapped sweep."""
+  """Every seed of one variant: one vmapped sweep, or for DP-FTRL (whose seed fixes the
+  cyclic groups, so each seed is its own program) one run per seed."""
   t0 = time.perf_counter()
-  sw = run_sweep(base_config(key, eps, s, data.num_clients), seeds=s["seeds"],
-                 progress=False, data=data)
+  base = base_config(key, eps, s, data.num_clients)
+  if VARIANTS[key][1] == "dp_ftrl":
+    summaries = [(seed, run(dataclasses.replace(base, seed=seed), progress=False,
+                            data=data).summary) for seed in s["seeds"]]
+  else:
+    sw = run_sweep(base, seeds=s["seeds"], progress=False, data=data)
+    summaries = [(m.axes["seed"], m.summary) for m in sw.members]
   wall = time.perf_counter() - t0
-  rows = []
-  for m in sw.members:
-    sm = m.summary
-    rows.append(dict(kind=key, label=VARIANTS[key][0], target_epsilon=eps,
-                     seed=m.axes["seed"], final_accuracy=sm["final_test_accuracy"],
-                     epsilon=sm.get("epsilon"), noise_multiplier=sm.get("noise_multiplier"),
-                     wall_time_s=wall, rounds=s["rounds"]))
-  return rows
+  return [dict(kind=key, label=VARIANTS[key][0], target_epsilon=eps, seed=seed,
+               final_accuracy=sm["final_test_accuracy"], epsilon=sm.get("epsilon"),
+               noise_multiplier=sm.get("noise_multiplier"), wall_time_s=wall,
+               rounds=s["rounds"], vmapped=VARIANTS[key][1] != "dp_ftrl")
+          for seed, sm in summaries]
 
 
 def _cell(runs, kind, eps):
@@ -148,6 +155,8 @@ def _todo(s: Dict[str, Any]):
       yield key, eps
   for eps in s["curve_epsilons"]:
     yield "dp_fedavg", eps
+  for eps in s["epsilons"]:
+    yield "adaptive_slow", eps
 
 
 def main(argv: Optional[List[str]] = None):

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 __all__ = [
-    "LSTMRecurrence", "LSTM", "CharLSTM", "PositionEmbedding", "CausalSelfAttention",
+    "lstm_recurrence", "LSTMRecurrence", "LSTM", "CharLSTM", "PositionEmbedding", "CausalSelfAttention",
     "TransformerBlock", "CharTransformer", "tokens", "sample",
 ]
 
@@ -43,6 +43,77 @@ def tokens(x) -> jax.Array:
   if jnp.issubdtype(x.dtype, jnp.integer):
     return x.astype(jnp.int32)
   return jnp.round(x).astype(jnp.int32)
+
+
+def _lstm_forward(a, w):
+  """The recurrence of `LSTMRecurrence` over ``a [B, T, 4H]`` with ``w [H, 4H]``:
+  ``(hs, cs, gates)``, each time-major: ``hs, cs [T, B, H]``, ``gates [T, B, 4H]`` (the
+  activated i, f, g, o)."""
+  h_dim = w.shape[0]
+
+  def step(carry, a_t):
+    h, c = carry
+    i, f, g, o = jnp.split(a_t + h @ w, 4, axis=-1)
+    i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+    c = f * c + i * g
+    h = o * jnp.tanh(c)
+    return (h, c), (h, c, jnp.concatenate([i, f, g, o], axis=-1))
+
+  zeros = jnp.zeros((a.shape[0], h_dim), jnp.float32)
+  _, (hs, cs, gates) = jax.lax.scan(step, (zeros, zeros),
+                                    jnp.swapaxes(a.astype(jnp.float32), 0, 1))
+  return hs, cs, gates
+
+
+@jax.custom_vjp
+def lstm_recurrence(a, w):
+  """``h [B, T, H]`` of the LSTM recurrence (`LSTMRecurrence`) with a fused backward
+  pass: the reverse scan carries only ``(dL/dh, dL/dc)`` and emits
+  ``delta_t = dL/dz_t``; the kernel's gradient ``sum_t h_{t-1}^T delta_t`` is then one
+  ``[H, B T] x [B T, 4H]`` matmul after the loop instead of ``T`` small products
+  accumulated inside it (what autodiff of the scan does, and what made the round 1.35x
+  slower than a fused oneDNN LSTM on a CPU). Reverse mode only (``jax.custom_vjp``).
+
+  Args:
+    a: float32 ``[B, T, 4H]``, the input projections.
+    w: float32 ``[H, 4H]``, the recurrent kernel.
+
+  Returns:
+    float32 ``[B, T, H]``.
+  """
+  return jnp.swapaxes(_lstm_forward(a, w)[0], 0, 1)
+
+
+def _lstm_fwd(a, w):
+  hs, cs, gates = _lstm_forward(a, w)
+  return jnp.swapaxes(hs, 0, 1), (hs, cs, gates, w, jnp.zeros((0,), a.dtype))
+
+
+def _lstm_bwd(res, dh_out):
+  hs, cs, gates, w, a_like = res
+  h_dim = w.shape[0]
+  c_prev = jnp.concatenate([jnp.zeros_like(cs[:1]), cs[:-1]], axis=0)
+
+  def step(carry, xs):
+    dh_next, dc_next = carry
+    dh_t, c_t, c_p, gate = xs
+    i, f, g, o = jnp.split(gate, 4, axis=-1)
+    dh = dh_t + dh_next
+    tanh_c = jnp.tanh(c_t)
+    dc = dc_next + dh * o * (1.0 - tanh_c * tanh_c)
+    delta = jnp.concatenate([dc * g * i * (1.0 - i), dc * c_p * f * (1.0 - f),
+                             dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], axis=-1)
+    return (delta @ w.T, dc * f), delta
+
+  zeros = jnp.zeros(hs.shape[1:], jnp.float32)
+  xs = (jnp.swapaxes(dh_out.astype(jnp.float32), 0, 1), cs, c_prev, gates)
+  _, deltas = jax.lax.scan(step, (zeros, zeros), xs, reverse=True)   # [T, B, 4H]
+  h_prev = jnp.concatenate([jnp.zeros_like(hs[:1]), hs[:-1]], axis=0)
+  dw = jnp.einsum("tbh,tbf->hf", h_prev, deltas).reshape(h_dim, 4 * h_dim)
+  return jnp.swapaxes(deltas, 0, 1).astype(a_like.dtype), dw.astype(w.dtype)
+
+
+lstm_recurrence.defvjp(_lstm_fwd, _lstm_bwd)
 
 
 class LSTMRecurrence(nn.Module):
@@ -56,27 +127,24 @@ class LSTMRecurrence(nn.Module):
   (an ``nn.Dense``, see `LSTM`); returns ``h [B, T, H]`` float32. The only parameter
   is ``recurrent_kernel`` ``W_h [H, 4H]``. ``per_example_rule = "recurrent"`` tells
   the per-example clipping code to use the closed form of the module docstring.
+
+  Attributes:
+    hidden: H.
+    fused_backward: True (default): `lstm_recurrence`'s hand-written backward pass
+      (reverse mode only); False: JAX's autodiff of the scan (also forward mode, e.g.
+      Hessian-vector products by ``jax.jvp``). Same values to float rounding.
   """
   hidden: int
+  fused_backward: bool = True
   per_example_rule = "recurrent"
 
   @nn.compact
   def __call__(self, a):
-    h_dim = self.hidden
-    w = self.param("recurrent_kernel", nn.initializers.orthogonal(), (h_dim, 4 * h_dim),
-                   jnp.float32)
-
-    def step(carry, a_t):
-      h, c = carry
-      z = a_t + h @ w
-      i, f, g, o = jnp.split(z, 4, axis=-1)
-      c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-      h = jax.nn.sigmoid(o) * jnp.tanh(c)
-      return (h, c), h
-
-    zeros = jnp.zeros((a.shape[0], h_dim), jnp.float32)
-    _, hs = jax.lax.scan(step, (zeros, zeros), jnp.swapaxes(a.astype(jnp.float32), 0, 1))
-    return jnp.swapaxes(hs, 0, 1)
+    w = self.param("recurrent_kernel", nn.initializers.orthogonal(),
+                   (self.hidden, 4 * self.hidden), jnp.float32)
+    if self.fused_backward:
+      return lstm_recurrence(a, w)
+    return jnp.swapaxes(_lstm_forward(a, w)[0], 0, 1)
 
 
 class LSTM(nn.Module):
@@ -84,9 +152,11 @@ class LSTM(nn.Module):
 
   The input projection ``x_t W_x + b`` is one ``nn.Dense(4 * hidden)`` over the whole
   sequence, the recurrence `LSTMRecurrence`. The forget-gate bias starts at 1
-  (Jozefowicz et al., ICML 2015), the other biases at 0.
+  (Jozefowicz et al., ICML 2015), the other biases at 0. ``fused_backward``: as
+  `LSTMRecurrence`.
   """
   hidden: int
+  fused_backward: bool = True
 
   @nn.compact
   def __call__(self, x):
@@ -97,7 +167,7 @@ class LSTM(nn.Module):
       return jnp.zeros(shape, dtype).at[h:2 * h].set(1.0)
 
     a = nn.Dense(4 * h, bias_init=bias_init, name="input")(x)
-    return LSTMRecurrence(h, name="recurrence")(a)
+    return LSTMRecurrence(h, self.fused_backward, name="recurrence")(a)
 
 
 class CharLSTM(nn.Module):
@@ -110,16 +180,18 @@ class CharLSTM(nn.Module):
     vocab_size: number of token ids (input) and classes (output).
     embed_dim: embedding width (LEAF: 8).
     hidden: the LSTM layers' widths (LEAF: ``(256, 256)``).
+    fused_backward: as `LSTMRecurrence` (True: the hand-written backward pass).
   """
   vocab_size: int
   embed_dim: int = 8
   hidden: Sequence[int] = (256, 256)
+  fused_backward: bool = True
 
   @nn.compact
   def __call__(self, x):
     h = nn.Embed(self.vocab_size, self.embed_dim, name="embed")(tokens(x))
     for i, width in enumerate(self.hidden):
-      h = LSTM(width, name=f"lstm_{i}")(h)
+      h = LSTM(width, self.fused_backward, name=f"lstm_{i}")(h)
     return nn.Dense(self.vocab_size, name="out")(h[:, -1])
 
 
