@@ -93,6 +93,7 @@ def _lstm_bwd(res, dh_out):
   hs, cs, gates, w, a_like = res
   h_dim = w.shape[0]
   c_prev = jnp.concatenate([jnp.zeros_like(cs[:1]), cs[:-1]], axis=0)
+  w_t = jnp.transpose(w)  # [4H, H], once: XLA:CPU left a per-step transpose in the loop
 
   def step(carry, xs):
     dh_next, dc_next = carry
@@ -103,7 +104,7 @@ def _lstm_bwd(res, dh_out):
     dc = dc_next + dh * o * (1.0 - tanh_c * tanh_c)
     delta = jnp.concatenate([dc * g * i * (1.0 - i), dc * c_p * f * (1.0 - f),
                              dc * i * (1.0 - g * g), dh * tanh_c * o * (1.0 - o)], axis=-1)
-    return (delta @ w.T, dc * f), delta
+    return (delta @ w_t, dc * f), delta
 
   zeros = jnp.zeros(hs.shape[1:], jnp.float32)
   xs = (jnp.swapaxes(dh_out.astype(jnp.float32), 0, 1), cs, c_prev, gates)
