@@ -206,8 +206,13 @@ def ghost_support(model, params, x) -> Tuple[bool, str]:
     return False, f"the model does not apply with params alone ({type(e).__name__}: {e})"
   if found["problems"]:
     return False, "; ".join(sorted(set(found["problems"])))
-  covered = {l.path + (k,) for l in found["leaves"]
-             for k in _get(params, l.path).keys()}
+  covered = set()
+  for leaf in found["leaves"]:
+    try:
+      covered |= {leaf.path + (k,) for k in _get(params, leaf.path).keys()}
+    except (KeyError, TypeError, AttributeError):  # e.g. LoRA: the layer's weights are
+      return False, (f"layer {'/'.join(leaf.path)} reads parameters that are not in "
+                     "params (derived from them, as LoRA's merged kernels)")
   missing = [p for p in _leaf_paths(params) if tuple(p) not in covered]
   if missing:
     return False, ("parameters outside a leaf module's __call__: "

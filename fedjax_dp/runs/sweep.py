@@ -40,7 +40,7 @@ import logging
 import os
 import time
 from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple)
+                    Tuple, Union)
 
 import numpy as np
 
@@ -67,7 +67,10 @@ from fedjax_dp.runs.sweep_resume import SPEC_FILE, SweepPlan
 from fedjax_dp.validation import FedJaxDpError, check_int
 
 if TYPE_CHECKING:  # annotations only (no import at run time)
+  import flax.linen as nn
+
   from fedjax_dp.data import FederatedData
+  from fedjax_dp.models import Model
 
 __all__ = [
     "SWEEP_FILES", "SweepMember", "SweepResult", "fresh_sweep_dir", "run_sweep",
@@ -194,7 +197,8 @@ def run_sweep(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]] = Non
               seeds: Optional[Sequence[int]] = None, *, data_seed: Optional[int] = None,
               sweep_chunk: Optional[int] = None, progress: bool = True,
               data: Optional[FederatedData] = None,
-              given: Optional[Sequence[str]] = None) -> SweepResult:
+              given: Optional[Sequence[str]] = None,
+              model: Optional[Union[Model, nn.Module]] = None) -> SweepResult:
   """Runs every configuration of a sweep as one vmapped compiled program and writes
   one run folder per configuration plus the comparison (see the module docstring).
 
@@ -221,6 +225,9 @@ def run_sweep(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]] = Non
       sweep's (the command line passes those typed); default: the options of ``base``
       that differ from their defaults, the axes, and ``seeds``, ``data_seed`` and
       ``sweep_chunk`` when given.
+    model: your own model instead of ``base.model``, shared by every configuration
+      (as `fedjax_dp.runs.run`'s ``model``: a `fedjax_dp.models.Model` or a flax
+      module); give it again to resume.
 
   Ctrl-C (SIGINT) and SIGTERM let the compiled block in progress finish, with every
   configuration's records and checkpoint; then the sweep stops there and writes each
@@ -245,7 +252,7 @@ def run_sweep(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]] = Non
     try:
       plan = _plan(base, axes, seeds, data_seed, sweep_chunk, given)
       writers_lib.check_installed(plan.base.logger)  # before loading data or compiling
-      infos, pop, block_fn, first, resumed_at = _prepare(plan, data, members)
+      infos, pop, block_fn, first, resumed_at = _prepare(plan, data, members, model)
       out = _open_outputs(plan, infos, members, resumed_at)
       done = session.execute(members, block_fn, first, population=pop,
                              mesh=members[0].setup.mesh, interrupts=interrupts,
@@ -272,7 +279,9 @@ def _plan(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]],
   return SweepPlan(base, axes, seeds, data_seed, sweep_chunk)
 
 
-def _prepare(plan: SweepPlan, data: Optional[FederatedData], members: List[session.Member]
+def _prepare(plan: SweepPlan, data: Optional[FederatedData],
+             members: List[session.Member],
+             model: Optional[Union[Model, nn.Module]] = None
              ) -> Tuple[List[SweepMember], PopulationData, Callable,
                         List[Optional[Block]], Optional[int]]:
   """The sweep's configurations (``infos``), data (loaded once), algorithms (built on
@@ -290,7 +299,8 @@ def _prepare(plan: SweepPlan, data: Optional[FederatedData], members: List[sessi
   raw = data if data is not None else load_data(infos[0].config)
 
   def setup_of(cfg: RunConfig) -> Setup:
-    return make_setup(cfg, data) if data is not None else make_setup(cfg, loaded=raw)
+    return (make_setup(cfg, data, model) if data is not None
+            else make_setup(cfg, model=model, loaded=raw))
   setups = [setup_of(m.config) for m in infos]
   for i, s in enumerate(setups[1:], 1):
     if s.data is not setups[0].data and not same(s.data, setups[0].data):
