@@ -36,7 +36,9 @@ ALLOWED = {
     # (imported inside run_help, never at module load).
     "cli_help": {"cli", "runs"},
     "cli": {"runs", "algorithms", "auditing", "data", "federated", "compilation_cache",
-            "cli_help", "validation"},
+            "cli_help", "cli_datasets", "validation"},
+    # `fedjax-dp datasets`: the listing and `prepare NAME`.
+    "cli_datasets": {"data", "validation"},
 }
 
 

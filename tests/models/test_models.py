@@ -41,7 +41,7 @@ def test_logits_shape(name, feature_shape):
 
 def test_all_model_names_covered():
   assert set(MODEL_NAMES) == {"mlp", "cnn", "cnn3", "lenet5", "cnn_fc50", "har_cnn",
-                              "linear"}
+                              "linear", "char_lstm", "char_transformer"}
 
 
 def test_cnn3_is_the_papers_cifar_cnn():
