@@ -357,13 +357,24 @@ def update_readme(path: str, rows: Sequence[Row], footnotes: bool = False) -> No
   Raises:
     ValueError: the markers are missing.
   """
-  with open(path) as f:
-    text = f.read()
-  if BEGIN not in text or END not in text:
-    raise ValueError(f"{path}: no {BEGIN} ... {END} block")
-  head, rest = text.split(BEGIN, 1)
-  _, tail = rest.split(END, 1)
   table = render(rows) if footnotes else [ln for ln in render(rows) if ln.startswith("|")]
+  replace_block(path, "scorecard", "\n".join(table) + "\n")
+
+
+def replace_block(path: str, name: str, text: str) -> None:
+  """Replaces what stands between ``<!-- NAME:begin -->`` and ``<!-- NAME:end -->`` in
+  the file at ``path`` by ``text`` (written atomically).
+
+  Raises:
+    ValueError: the markers are missing.
+  """
+  begin, end = f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
+  with open(path) as f:
+    content = f.read()
+  if begin not in content or end not in content:
+    raise ValueError(f"{path}: no {begin} ... {end} block")
+  head, rest = content.split(begin, 1)
+  _, tail = rest.split(end, 1)
   with open(path + ".tmp", "w") as f:
-    f.write(head + BEGIN + "\n" + "\n".join(table) + "\n" + END + tail)
+    f.write(head + begin + "\n" + text + end + tail)
   os.replace(path + ".tmp", path)

@@ -148,18 +148,6 @@ def report(runs: List[Dict], s: Dict[str, Any], meta: Dict[str, Any]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def _update_readme(path: str, md: str) -> None:
-  """Puts ``md`` between the README's ``<!-- compare:begin -->`` / ``end`` markers."""
-  begin, end = "<!-- compare:begin -->", "<!-- compare:end -->"
-  with open(path) as f:
-    text = f.read()
-  if begin not in text or end not in text:
-    return
-  head, rest = text.split(begin, 1)
-  with open(path, "w") as f:
-    f.write(head + begin + "\n" + md + rest[rest.index(end):])
-
-
 def _todo(s: Dict[str, Any]):
   yield "fedavg", None
   for eps in s["epsilons"]:
@@ -197,7 +185,7 @@ def main(argv: Optional[List[str]] = None):
   with open(base + ".md", "w") as f:
     f.write(md)
   if not args.quick:
-    _update_readme(os.path.join(HERE, "README.md"), md)
+    scorecard.replace_block(os.path.join(HERE, "README.md"), "compare", md)
   xs = sorted({r["target_epsilon"] for r in res.runs
                if r["kind"] == "dp_fedavg" and r["target_epsilon"] is not None})
   if len(xs) > 1:
