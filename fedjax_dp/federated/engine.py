@@ -159,7 +159,7 @@ def _calibrate(config: RoundConfig, relation: str, hp, data, ids) -> _Calibratio
   elif hp.noise_stddev is not None:
     std_all = jnp.broadcast_to(jnp.asarray(hp.noise_stddev, jnp.float32), z.shape)
   else:
-    std_all = z * clip_norm
+    std_all = z * clip_norm * config.noise_scale  # noise_scale: a larger noise cohort's
   if config.noise == "none":
     std_all = jnp.zeros_like(std_all)
   client_z = None

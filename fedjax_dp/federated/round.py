@@ -232,6 +232,14 @@ class RoundConfig:
       upload exactly as the server receives it, clipped and noised, zeros when it is not
       in the cohort) and ``"observed_participation"`` (float32, 1 when it took part),
       i.e. what the server observes of that sender. Needs local noise.
+    noise_scale: s in (0, 1], a static factor on the central noise's standard
+      deviation (default 1): the round adds ``s z C`` instead of ``z C``. With ``s = K /
+      K'`` a cohort of expected size K carries, on its average, the noise of a K'-client
+      cohort with noise multiplier z (the simulation of a larger noise cohort,
+      pfl-research's ``noise_cohort_size``). The round reports the noise it added
+      (``noise_stddev = s z C``), so its ledger accounts this run's own, weaker,
+      guarantee; what the K' deployment would have is the algorithm's to report. Needs
+      ``noise="central"`` and no ``adaptive_clip``.
   """
   clip_updates: bool = True
   noise: str = "central"
@@ -246,8 +254,18 @@ class RoundConfig:
   adaptive_clip: Optional[adaptive_clipping.AdaptiveClipping] = None
   central_noise: Any = None
   observed_client: Optional[int] = None
+  noise_scale: float = 1.0
 
   def __post_init__(self):
+    check_positive("noise_scale", self.noise_scale)
+    if self.noise_scale > 1.0:
+      raise FedJaxDpError(f"noise_scale must be in (0, 1] (a larger noise cohort's noise "
+                          f"on this cohort), got {self.noise_scale!r}.", option="noise_scale")
+    if self.noise_scale != 1.0 and (self.noise != "central" or self.adaptive_clip
+                                    is not None):
+      raise FedJaxDpError("noise_scale (a larger noise cohort's noise) needs noise='central' "
+                          "and no adaptive clipping (its count release is not scaled).",
+                          option="noise_scale")
     if self.observed_client is not None:
       check_int("observed_client", self.observed_client, minimum=0)
       if self.noise not in ("local", "local_and_central"):

@@ -5,7 +5,8 @@ record-level DP-FedAvg (local DP-SGD), FedAvg.
 * `algorithm`: the functional builders (``fn(model, data, **kwargs) -> Algorithm``);
 * `fedavg`: non-private FedAvg and its plug-in;
 * `plugin`: the ``fedjax-dp run`` plug-ins (typed options, summary fields);
-* `audit`: the canary-audit targets and their deliberate breaks.
+* `audit`: the canary-audit targets and their deliberate breaks;
+* `noise_cohort`: simulating a larger cohort's noise (``--noise-cohort-size``).
 """
 
 from fedjax_dp.algorithms.dp_fedavg.algorithm import (

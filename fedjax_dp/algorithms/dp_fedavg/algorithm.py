@@ -55,6 +55,7 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from fedjax_dp.algorithms import fedavg_family as family
+from fedjax_dp.algorithms.dp_fedavg import noise_cohort
 from fedjax_dp.algorithms.base import (Algorithm, PerClientPrivacySpec, PrivacySpec,
                                        require_learning_rates)
 from fedjax_dp.federated import aggregation, engine, server, sharding, stages
@@ -220,7 +221,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
               observed_client: Optional[int] = None,
               client_stage: Optional[Callable] = None,
               server_stage: Optional[Callable] = None,
-              algorithm_hparams: Optional[dict] = None) -> Algorithm:
+              algorithm_hparams: Optional[dict] = None,
+              noise_cohort_size: Optional[int] = None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -286,6 +288,9 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
       optax server step (`fedjax_dp.federated.stages.optax_server`).
     algorithm_hparams: the algorithm's own per-round hyper-parameters
       (``RoundHParams.algorithm``: a dict of float32 scalars), or None.
+    noise_cohort_size: K' >= q N, or None: simulate a K'-client cohort's noise (central
+      noise std ``(q N / K') z S``; `fedjax_dp.algorithms.dp_fedavg.noise_cohort`). The
+      run's ledger accounts the noise added; the summary reports the K' deployment's.
 
   Returns:
     An `Algorithm`. With ``adaptive_clipping`` its initial state carries the clip norm
@@ -306,6 +311,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
   _check_weighting(weighting, data_size_cap)
   samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max)
   local_epochs, local_steps = family.local_work(local_epochs, local_steps)
+  scale = noise_cohort.noise_scale(noise_cohort_size, samp.kind, samp.expected_cohort_size,
+                                   noise_placement, adaptive is not None)
   if fedsgd:
     local_epochs, local_steps, batch_size = None, 1, data.max_examples
   if client_stage is not None and fedsgd:
@@ -322,7 +329,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                                                              data_size_cap)
                          if population_weight is None else
                          check_positive("population_weight", population_weight)),
-      chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client)
+      chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client,
+      noise_scale=scale)
   server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
   round_fn, init_state = _compose(client, samp, server_opt, config, mesh, data.num_clients,
                                   client_stage and client_stage(trainer),
@@ -346,7 +354,9 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                      client_learning_rate=client_learning_rate,
                      server_optimizer=server_optimizer,
                      server_learning_rate=server_learning_rate, weighting=weighting,
-                     data_size_cap=data_size_cap), **extra_config})
+                     data_size_cap=data_size_cap), **extra_config,
+              **(dict(noise_cohort_size=noise_cohort_size, noise_scale=scale)
+                 if noise_cohort_size is not None else {})})
 
 
 def _resolve_clip_norm(adaptive: Optional[AdaptiveClipping], clip_norm: Optional[float],

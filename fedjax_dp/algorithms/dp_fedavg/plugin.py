@@ -14,6 +14,7 @@ from typing import Callable, Dict, Literal, Optional, Union
 import numpy as np
 
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+from fedjax_dp.algorithms.dp_fedavg import noise_cohort
 from fedjax_dp.algorithms.dp_fedavg.algorithm import (adaptive_clipping_for,
                                                       check_adaptive_split, dp_fedavg,
                                                       dp_fedavg_record_level, dp_fedsgd)
@@ -63,6 +64,10 @@ class DpFedAvgOptions(FederatedOptions):
   clip_update_rule: Optional[Literal["geometric", "linear"]] = None
   """with --clip-norm adaptive: how the clip norm moves (default: geometric, the
   paper's)"""
+  noise_cohort_size: Optional[int] = None
+  """K' >= the expected cohort K: SIMULATION of a K'-client cohort's noise (central noise
+  std (K/K') z C, pfl-research's noise_cohort_size); summary.json's epsilon stays this
+  run's own, noise_cohort_simulation.deployment_epsilon is the K' deployment's"""
 
 
 #: The options of adaptive clipping (`DpFedAvgOptions`), refused without
@@ -130,6 +135,9 @@ class DpFedAvg(FederatedAlgorithm):
       "final_unclipped_fraction_dp": metric_labels["unclipped_fraction_dp"],
       "update_noise_multiplier": metric_labels["update_noise_multiplier"],
       "count_noise_multiplier": metric_labels["count_noise_multiplier"],
+      "noise_cohort_simulation": (disclosure.PUBLIC, "the simulated K'-client "
+                                  "deployment's accounting: public configuration and "
+                                  "the noise multipliers the rounds reported"),
   }
 
   def validate(self, options, run) -> None:
@@ -165,6 +173,13 @@ class DpFedAvg(FederatedAlgorithm):
                             f"{clip!r}.", option=given[0])
     if options.noise_multiplier is not None:
       check_non_negative("noise_multiplier", options.noise_multiplier)
+    if options.noise_cohort_size is not None and (
+        adaptive or options.noise_placement != "central" or options.sampler != "poisson"):
+      raise FedJaxDpError("noise_cohort_size (a larger cohort's noise) needs Poisson "
+                          "sampling, --noise-placement central and a numeric --clip-norm; "
+                          f"got sampler={options.sampler!r}, noise_placement="
+                          f"{options.noise_placement!r}, clip_norm={clip!r}.",
+                          option="noise_cohort_size")
     path = options.client_noise_multipliers
     if path is not None:
       if options.noise_placement != "local":
@@ -202,9 +217,11 @@ class DpFedAvg(FederatedAlgorithm):
     if o.client_noise_multipliers is not None:
       z = load_client_noise_multipliers(o.client_noise_multipliers,
                                         setup.data.num_clients)
+    extra = ({} if o.noise_cohort_size is None
+             else dict(noise_cohort_size=o.noise_cohort_size))
     return self.builder(setup.model, setup.data, clip_norm=o.clip_norm, noise_multiplier=z,
                         noise_placement=o.noise_placement, fedsgd=self.fedsgd, **kw,
-                        **self.builder_kwargs(o))
+                        **extra, **self.builder_kwargs(o))
 
   #: The functional builder `build` calls with DP-FedAvg's keyword arguments: an
   #: algorithm that composes its own stages with DP-FedAvg's privacy pipeline (e.g.
@@ -261,6 +278,9 @@ class DpFedAvg(FederatedAlgorithm):
     """With adaptive clipping: the last round's clip norm (``final_clip_norm``) and
     noisy unclipped fraction, and the two noise multipliers the combined z splits into.
     """
+    if alg.config.get("noise_cohort_size") is not None:
+      run = setup.run
+      return noise_cohort.deployment_fields(alg.config, records, run.delta, run.accountant)
     if alg.config.get("clip_norm") != "adaptive" or not records:
       return {}
     last = records[-1]
@@ -270,6 +290,8 @@ class DpFedAvg(FederatedAlgorithm):
             "count_noise_multiplier": last.get("count_noise_multiplier")}
 
   def describe(self, summary) -> list:
+    if summary.get("noise_cohort_simulation"):
+      return noise_cohort.describe(summary)
     if summary.get("final_clip_norm") is None:
       return []
     cfg = summary.get("algorithm_config") or {}
