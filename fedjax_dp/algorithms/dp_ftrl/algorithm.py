@@ -22,6 +22,10 @@ where w_t is the round's share of correlated Gaussian noise:
 * ``"banded"``: w = C^-1 z for a column-normalised lower-triangular banded C with
   ``bands`` bands (`fedjax_dp.algorithms.dp_ftrl.noise.BandedNoise`), i.e. the
   mechanism releases C x + sigma z (Choquette-Choo et al. 2023);
+* ``"blt"``: w = C^-1 z for a buffered-linear-Toeplitz C optimised by jax-privacy for the
+  planned rounds at min-separation R (`fedjax_dp.algorithms.dp_ftrl.blt.BltNoise`;
+  Dvijotham et al., FOCS 2024, arXiv 2404.16706; McMahan, Xu, Zhang, arXiv 2408.08868):
+  the same release C x + sigma z with O(nbuf) buffers per parameter;
 * ``"independent"``: w_t i.i.d. N(0, I): DP-FedAvg's noise under the same cyclic
   participation, without amplification by sampling (the baseline of the claim that
   correlated noise wins when amplification is not available).
@@ -40,7 +44,10 @@ the participation schedule to be enforced by the deployment):
   ||C[:, t]||^2 over the group's rounds (exact for min-separation R >= b, whose columns
   do not overlap; Choquette-Choo et al. 2023, Thm. 2 / multi-epoch MF); with
   ``group_rate < 1`` the amplified banded MF event (cyclic Poisson sampling,
-  Choquette-Choo et al. 2023, Thm. 4): see `fedjax_dp.algorithms.dp_ftrl.accounting`.
+  Choquette-Choo et al. 2023, Thm. 4): see `fedjax_dp.algorithms.dp_ftrl.accounting`;
+* blt: ``group_rate == 1`` only, GaussianDpEvent(z / sqrt(sens^2)), sens^2 the min-sep
+  sensitivity of the Toeplitz C (worst pattern 0, R, 2R, ...: group 0), see
+  `fedjax_dp.algorithms.dp_ftrl.blt`.
 """
 
 from __future__ import annotations
@@ -53,6 +60,8 @@ import numpy as np
 from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms.base import Algorithm, CorrelatedNoiseSpec, require_learning_rates
 from fedjax_dp.algorithms.dp_ftrl import accounting as ftrl_accounting
+from fedjax_dp.algorithms.dp_ftrl.blt import (MAX_BUFFERS, BltNoise, blt_run_event,
+                                              blt_sensitivity_history)
 from fedjax_dp.algorithms.dp_ftrl.noise import (STRATEGIES, BandedNoise, Strategy,
                                                 TreeNoise)
 from fedjax_dp.algorithms.dp_ftrl.participation import CyclicSampler
@@ -65,10 +74,10 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int, check_
 
 __all__ = ["Mechanism", "MECHANISMS", "DEFAULT_COHORT_FRACTION", "default_cycle_length",
            "participation_note", "dp_ftrl", "noise_generator", "banded_noise",
-           "cyclic_sampler", "run_sensitivity_squared"]
+           "cyclic_sampler", "blt_noise", "run_sensitivity_squared"]
 
 #: The correlated-noise mechanisms of `dp_ftrl` (the tuple: their names).
-Mechanism = Literal["tree", "banded", "independent"]
+Mechanism = Literal["tree", "banded", "blt", "independent"]
 MECHANISMS: Tuple[str, ...] = get_args(Mechanism)
 #: The expected cohort, as a fraction of the clients, when neither ``cycle_length`` nor
 #: ``clients_per_round`` is given.
@@ -117,6 +126,11 @@ def participation_note(mechanism: str, sampler: CyclicSampler, restart_every: Op
                              "al. 2023)." if g < 1 else
                              "Gaussian event with sensitivity^2 the largest sum of squared "
                              "column norms of C over a group's rounds; no amplification."))
+  elif mechanism == "blt":
+    text += (f"Buffered-linear-Toeplitz matrix factorisation, min-separation {r}: Gaussian "
+             "event with sensitivity^2 ||C 1_P||^2 for the worst pattern P = 0, "
+             f"{r}, {2 * r}, ... (Toeplitz coefficients non-negative and non-increasing); no "
+             "amplification.")
   else:
     text += ("Independent Gaussian noise every round (banded with one band, C = I): "
              + ("amplified by the cyclic Poisson sampling (Choquette-Choo et al. 2023)."
@@ -130,7 +144,8 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
             cycle_length: Optional[int] = None, clients_per_round: Optional[int] = None,
             group_rate: float = 1.0, restart_every: Optional[int] = None,
             bands: Optional[int] = None, strategy: str = "optimized",
-            local_epochs: Optional[int] = 1, local_steps: Optional[int] = None,
+            buffers: Optional[int] = None, local_epochs: Optional[int] = 1,
+            local_steps: Optional[int] = None,
             batch_size: int = 32, client_optimizer: str = "sgd",
             client_learning_rate: float = 0.1, server_optimizer: str = "fedavgm",
             server_learning_rate: float = 1.0, seed: int = 0,
@@ -160,6 +175,9 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
       min-separation).
     strategy: ``"optimized"`` (jax-privacy's banded Toeplitz optimised for the
       prefix-sum workload) or ``"sqrt"`` (the truncated square-root Toeplitz) (banded).
+    buffers: blt only: the most buffers jax-privacy's optimiser may use, int in [0, 15]
+      (default `fedjax_dp.algorithms.dp_ftrl.blt.MAX_BUFFERS`); needs ``rounds`` and
+      ``group_rate == 1``.
     local_epochs / local_steps / batch_size / client_optimizer / client_learning_rate:
       local training, as in `fedjax_dp.algorithms.dp_fedavg.dp_fedavg`.
     server_optimizer / server_learning_rate: default ``"fedavgm"`` (SGD with momentum
@@ -191,8 +209,15 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
   cycle_length = _check_cycle_length(n, cycle_length, clients_per_round, group_rate)
   seed = check_int("seed", seed, minimum=0)
   samp = cyclic_sampler(n, cycle_length, group_rate, seed)
+  if mechanism == "blt" and group_rate < 1.0:
+    raise FedJaxDpError(
+        f"group_rate must be 1 for mechanism='blt', got {group_rate:g}: no amplification "
+        "theorem covers a BLT (its C has every band; amplified banded MF needs "
+        "cycle_length >= bands). Use group_rate=1, or mechanism='banded'.",
+        option="group_rate")
   noise_gen, restart_every, bands = noise_generator(mechanism, cycle_length, rounds,
-                                                    restart_every, bands, strategy)
+                                                    restart_every, bands, strategy,
+                                                    buffers)
 
   local_epochs, local_steps = family.local_work(local_epochs, local_steps)
   client = client_update or make_client_update(
@@ -230,6 +255,10 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
              server_optimizer=server_optimizer, server_learning_rate=server_learning_rate)
   if mechanism == "banded":  # C is built for these rounds: a longer run needs another C
     cfg["banded_strategy_rounds"] = rounds
+  if mechanism == "blt":  # optimised for these rounds: a resume must keep the same C
+    cfg.update(blt_strategy_rounds=rounds, blt_max_buffers=_blt_max_buffers(buffers),
+               blt_buf_decay=list(noise_gen.buf_decay),
+               blt_output_scale=list(noise_gen.output_scale))
   return Algorithm(
       name="dp_ftrl", round_fn=round_fn, init=init,
       hparams=RoundHParams(clip_norm, noise_multiplier, samp.sampling_rate,
@@ -258,11 +287,17 @@ def _check_cycle_length(n: int, cycle_length: Optional[int],
   return cycle_length
 
 
+def _blt_max_buffers(buffers: Optional[int]) -> int:
+  """The BLT's most buffers: ``buffers`` or `MAX_BUFFERS`, checked in [0, 15]."""
+  return check_int("buffers", MAX_BUFFERS if buffers is None else buffers, minimum=0,
+                   maximum=15)
+
+
 def noise_generator(mechanism: str, cycle_length: int, rounds: Optional[int],
                     restart_every: Optional[int], bands: Optional[int],
-                    strategy: str = "optimized"
-                    ) -> Tuple[Optional[Union[TreeNoise, BandedNoise]], Optional[int],
-                               Optional[int]]:
+                    strategy: str = "optimized", buffers: Optional[int] = None
+                    ) -> Tuple[Optional[Union[TreeNoise, BandedNoise, BltNoise]],
+                               Optional[int], Optional[int]]:
   """The mechanism's correlated-noise generator
   (`fedjax_dp.federated.round.RoundConfig.central_noise`) and its resolved options.
 
@@ -273,9 +308,11 @@ def noise_generator(mechanism: str, cycle_length: int, rounds: Optional[int],
     restart_every: the tree's restart period (tree only; default R, at most R).
     bands: b (banded only; default ``min(R, rounds)``, at most R and ``rounds``).
     strategy: the banded strategy (`banded_noise`).
+    buffers: the BLT's most buffers (blt only; `blt_noise`).
 
   Returns:
-    ``(noise_gen, restart_every, bands)``: a `TreeNoise`, a `BandedNoise` or None
+    ``(noise_gen, restart_every, bands)``: a `TreeNoise`, a `BandedNoise`, a `BltNoise`
+    or None
     (independent noise: the engine's own draw every round), and the resolved
     ``restart_every`` (tree) and ``bands`` (banded), None where they do not apply.
 
@@ -283,6 +320,8 @@ def noise_generator(mechanism: str, cycle_length: int, rounds: Optional[int],
     FedJaxDpError: an option of another mechanism, or one out of range.
   """
   noise_gen = None
+  if mechanism != "blt" and buffers is not None:
+    raise FedJaxDpError("buffers applies to mechanism='blt' only.", option="buffers")
   if mechanism == "tree":
     if bands is not None:
       raise FedJaxDpError("bands applies to mechanism='banded' only.", option="bands")
@@ -311,6 +350,14 @@ def noise_generator(mechanism: str, cycle_length: int, rounds: Optional[int],
           f"rounds are {cycle_length} apart, so its columns of C do not overlap) and <= "
           f"rounds={rounds}, got {bands}.", option="bands")
     noise_gen = banded_noise(rounds, bands, strategy)
+  elif mechanism == "blt":
+    if bands is not None:
+      raise FedJaxDpError("bands applies to mechanism='banded' only (a BLT has every "
+                          "band; see buffers).", option="bands")
+    if rounds is None:
+      raise FedJaxDpError("mechanism='blt' needs rounds (the planned number of rounds the "
+                          "BLT is optimised for).", option="rounds")
+    noise_gen = blt_noise(rounds, cycle_length, _blt_max_buffers(buffers))
   elif mechanism == "independent" and bands is not None:
     raise FedJaxDpError("bands applies to mechanism='banded' only (independent noise is "
                         "banded with one band).", option="bands")
@@ -332,6 +379,8 @@ def _run_event(mechanism: str, samp: CyclicSampler, noise_gen):
             "the rounds you want.", option="rounds")
       return ftrl_accounting.banded_run_event(z, rounds, noise_gen, samp)
     return banded
+  if mechanism == "blt":
+    return lambda z, rounds: blt_run_event(z, rounds, noise_gen, samp)
   # Independent noise: banded with one band (C = I), sized to the rounds accounted.
   return lambda z, rounds: ftrl_accounting.banded_run_event(z, rounds,
                                                             banded_noise(rounds, 1), samp)
@@ -342,6 +391,13 @@ def banded_noise(rounds: int, bands: int, strategy: str = "optimized") -> Banded
   """`BandedNoise.create` cached per ``(rounds, bands, strategy)`` in this process (the
   plugin and the audit read the same C again)."""
   return BandedNoise.create(rounds, bands, strategy)
+
+
+@functools.lru_cache(maxsize=16)
+def blt_noise(rounds: int, cycle_length: int, max_buffers: int = MAX_BUFFERS) -> BltNoise:
+  """`BltNoise.create` cached per arguments in this process (the plugin and the audit
+  read the same BLT again)."""
+  return BltNoise.create(rounds, cycle_length, max_buffers)
 
 
 @functools.lru_cache(maxsize=16)
@@ -365,9 +421,16 @@ def run_sensitivity_squared(config, rounds: int) -> Optional[np.ndarray]:
     over the group's rounds (`accounting.banded_sensitivity_squared`), with min-separation
     R >= b the sum of squared column norms (independent: ``ceil(t / R)``).
 
+  * blt: the min-sep sensitivity of C's first t rows and columns
+    (`fedjax_dp.algorithms.dp_ftrl.blt.blt_sensitivity_history`), from the BLT
+    parameters the config records.
+
   ``rounds`` is capped at the banded C's size.
   """
   mech, r_cyc = config["mechanism"], config["cycle_length"]
+  if mech == "blt":
+    noise = BltNoise(tuple(config["blt_buf_decay"]), tuple(config["blt_output_scale"]))
+    return blt_sensitivity_history(noise, r_cyc, rounds)
   if mech == "tree":
     return np.asarray([ftrl_accounting.tree_sensitivity_squared(t, config["restart_every"],
                                                                 r_cyc)

@@ -1,4 +1,4 @@
-"""Canary-audit targets of DP-FTRL (tree aggregation, banded MF): its worlds, observers and deliberate
+"""Canary-audit targets of DP-FTRL (tree aggregation, banded MF, BLT MF): its worlds, observers and deliberate
 breaks, collected by `fedjax_dp.algorithms.audit_targets` (``fedjax-dp audit
 --algorithm dp_ftrl``). The shared pieces (`Target`, the delta, the common breaks) are
 `fedjax_dp.algorithms.audit_common`'s."""
@@ -19,11 +19,18 @@ from fedjax_dp.federated import server
 __all__ = ["PARAMS", "targets"]
 
 
+#: The BLT target's z: its effective noise multiplier z / sqrt(sens^2) is the banded
+#: target's, 1.5 / sqrt(2), for the BLT jax-privacy optimises for 4 rounds at
+#: min-separation 2 (sens^2 = 3.0975: the canary's rounds 0 and 2, columns of C that
+#: overlap; checked in tests/algorithms/dp_ftrl/test_blt.py).
+BLT_Z = 1.867
+
 #: Each target's size (tuned so that a 20,000-repetition audit proves more than the
 #: claim when the noise is halved, and less when it is not).
 PARAMS: Dict[str, Dict[str, Any]] = {
     "dp_ftrl/tree": dict(mechanism="tree", rounds=4, cycle=4, z=1.84),
     "dp_ftrl/banded": dict(mechanism="banded", rounds=4, cycle=2, bands=2, z=1.5),
+    "dp_ftrl/blt": dict(mechanism="blt", rounds=4, cycle=2, z=BLT_Z),
 }
 
 # ---------------------------------------------------------------------------
@@ -42,9 +49,11 @@ def _dp_ftrl_observer(round_fn: Callable, mechanism: str, matrix) -> Callable:
     zero model). At t + 1 = 1, 2, 4, ... these are the tree nodes [0, t + 1), which hold
     every node a leaf-0 canary is in, each with its own independent noise: the
     observation of the leaf's worst case (the other prefix sums add correlated copies);
-  * banded: the change of round t is ``y_t = sum_s C[t, s] Delta_s``: C times the
-    released round updates is ``(C x + sigma z) / denominator``, independent noise of
-    one standard deviation in every round, and the canary's signal is its columns of C.
+  * banded and blt: the change of round t is ``y_t = sum_s C[t, s] Delta_s``: C times
+    the released round updates is ``(C x + sigma z) / denominator``, independent noise of
+    one standard deviation in every round, and the canary's signal is ``C 1_P`` (its
+    columns of C, summed where they overlap, as a BLT's do), whose squared norm is the
+    claim's sensitivity^2.
 
   The inner `ServerState` and the released updates so far ride in ``opt_state``.
   """
@@ -59,7 +68,7 @@ def _dp_ftrl_observer(round_fn: Callable, mechanism: str, matrix) -> Callable:
     if mechanism == "tree":
       obs = after                                     # theta_0 = 0: the prefix sum
     else:
-      assert c is not None, mechanism                 # banded and independent have a C
+      assert c is not None, mechanism            # banded, blt and independent have a C
       history = history.at[inner.round].set(after - before)
       obs = c[inner.round] @ history                  # y_t = (C Delta)_t
     params = {"observed": state.params["observed"] + obs}
@@ -79,7 +88,7 @@ def _dp_ftrl_setup(brk: str, mechanism: str, rounds: int, cycle: int, z: float,
   ``rounds`` rounds with R >= b (the canary in ``rounds / R`` rounds, min-separation R).
   The claim: the algorithm's own `CorrelatedNoiseLedger` on the reported noise
   multipliers. The audited change of each round is `_dp_ftrl_observer`'s."""
-  from fedjax_dp.algorithms.dp_ftrl.algorithm import banded_noise, dp_ftrl
+  from fedjax_dp.algorithms.dp_ftrl.algorithm import banded_noise, blt_noise, dp_ftrl
   from fedjax_dp.algorithms.dp_ftrl.participation import assign_groups
   model = audit_model()
   params = model.init(jax.random.key(0))
@@ -103,7 +112,8 @@ def _dp_ftrl_setup(brk: str, mechanism: str, rounds: int, cycle: int, z: float,
   if brk == "noise-half":  # half the noise; the claim is for the configured noise
     hp = hp._replace(noise_multiplier=z / 2)
     claim = ledger_claim(make_ledger, transform=lambda m: rescale(m, 2.0))
-  matrix = banded_noise(rounds, bands).matrix() if mechanism == "banded" else None
+  matrix = (banded_noise(rounds, bands).matrix() if mechanism == "banded" else
+            blt_noise(rounds, cycle).matrix(rounds) if mechanism == "blt" else None)
   audited = _dp_ftrl_observer(alg.round_fn, mechanism, matrix)
   inner = zero_params(alg.init(jax.random.key(1)))
   size = u.size
@@ -115,7 +125,7 @@ def _dp_ftrl_setup(brk: str, mechanism: str, rounds: int, cycle: int, z: float,
 
 
 def targets() -> List[Target]:
-  """DP-FTRL (tree aggregation, banded MF)'s audit targets."""
+  """DP-FTRL (tree aggregation, banded MF, BLT MF)'s audit targets."""
   return [
     Target("dp_ftrl/tree", "dp_ftrl",
            "user-level, add/remove one client, cyclic participation (one tree of R = 4 "
@@ -127,4 +137,10 @@ def targets() -> List[Target]:
            "rounds 0 and 2 of 4), banded MF with b = 2 bands: sensitivity sqrt(2) C (its "
            "two unit columns of C); observed through C times the round updates",
            dict(COMMON_BREAKS), lambda b: _dp_ftrl_setup(b, **PARAMS["dp_ftrl/banded"])),
+    Target("dp_ftrl/blt", "dp_ftrl",
+           "user-level, add/remove one client, cyclic participation (R = 2, the canary in "
+           "rounds 0 and 2 of 4), BLT MF optimised by jax-privacy for 4 rounds at "
+           "min-separation 2: sensitivity ||C (e_0 + e_2)|| C (overlapping columns); "
+           "observed through C times the round updates",
+           dict(COMMON_BREAKS), lambda b: _dp_ftrl_setup(b, **PARAMS["dp_ftrl/blt"])),
   ]

@@ -1,9 +1,11 @@
-"""DP-FTRL, banded matrix factorisation and independent noise under cyclic participation
+"""DP-FTRL, banded and BLT matrix factorisation and independent noise under cyclic
+participation
 in ``fedjax-dp run --algorithm dp_ftrl`` (`fedjax_dp.algorithms.dp_ftrl.algorithm`).
 
 Every round's record carries the mechanism's accounting parameters (``ftrl_*``: the
 mechanism, the cycle length, the group rate, the tree's restart period, the bands, the
-strategy and the rounds C was built for, the sensitivity^2 the epsilon uses: for the
+strategy and the rounds C was built for, the BLT's buffer decays and output scales (its
+C, `fedjax_dp.algorithms.dp_ftrl.blt`), the sensitivity^2 the epsilon uses: for the
 tree, the largest over the groups of the number of released tree nodes holding one of
 the group's rounds, `accounting.tree_sensitivity_squared` with the cycle length), so
 that epsilon can be recomputed from metrics.jsonl alone.
@@ -35,7 +37,7 @@ __all__ = ["ROUND_FIELDS", "DpFtrlOptions", "DpFtrlController", "DpFtrl"]
 #: Fields every record gets (`DpFtrlController.round_fields`), all accounting parameters.
 ROUND_FIELDS = ("ftrl_mechanism", "ftrl_cycle_length", "ftrl_group_rate",
                 "ftrl_restart_every", "ftrl_bands", "ftrl_strategy", "ftrl_strategy_rounds",
-                "ftrl_sensitivity_squared")
+                "ftrl_blt_buf_decay", "ftrl_blt_output_scale", "ftrl_sensitivity_squared")
 
 
 @dataclasses.dataclass
@@ -44,7 +46,9 @@ class DpFtrlOptions:
   under cyclic participation."""
   mechanism: Mechanism = "tree"
   """tree (DP-FTRL, Kairouz et al. 2021), banded (banded matrix factorisation,
-  Choquette-Choo et al. 2023) or independent (i.i.d. noise, the same participation)"""
+  Choquette-Choo et al. 2023), blt (buffered-linear-Toeplitz MF, Dvijotham et al. 2024 /
+  McMahan, Xu, Zhang 2024: Gboard's; nbuf buffers of noise state per parameter; needs
+  --group-rate 1) or independent (i.i.d. noise, the same participation)"""
   clip_norm: float = 0.5
   """clip norm C: L2 bound of each client's update (parameter units)"""
   noise_multiplier: Optional[float] = None
@@ -59,7 +63,8 @@ class DpFtrlOptions:
   rounds t with t mod R = g (default: N * group_rate / --clients-per-round, rounded)"""
   group_rate: float = 1.0
   """probability that a group member joins in its round (1: every member, no
-  amplification; < 1: cyclic Poisson sampling, amplified for banded/independent)"""
+  amplification; < 1: cyclic Poisson sampling, amplified for banded/independent;
+  refused for blt, which has no amplification theorem)"""
   restart_every: Optional[int] = None
   """tree: restart period, at most R: each client once per tree (default: R)"""
   bands: Optional[int] = None
@@ -67,6 +72,10 @@ class DpFtrlOptions:
   strategy: Strategy = "optimized"
   """banded: optimized (jax-privacy's banded Toeplitz for prefix sums) or sqrt (the
   truncated square-root Toeplitz)"""
+  buffers: Optional[int] = None
+  """blt: the most buffers nbuf (in [0, 15]) jax-privacy's BLT optimiser may use for
+  --rounds rounds at min-separation R (it adds buffers while the max error improves by
+  > 1%; the noise state is nbuf copies of the model; default 10)"""
   group_seed: Optional[int] = None
   """seed of the group assignment, public (default: the run's --seed)"""
   local_epochs: Optional[int] = 1
@@ -107,10 +116,12 @@ class DpFtrlController(Controller):
 
 
 class DpFtrl(FederatedAlgorithm):
-  """DP-FTRL / banded MF / independent noise under cyclic participation (`dp_ftrl`)."""
+  """DP-FTRL / banded MF / BLT MF / independent noise under cyclic participation
+  (`dp_ftrl`)."""
   name = "dp_ftrl"
   description = ("user-level DP-FTRL (Kairouz et al. 2021): correlated noise by tree "
-                 "aggregation or banded matrix factorisation (Choquette-Choo et al. 2023), "
+                 "aggregation, banded matrix factorisation (Choquette-Choo et al. 2023) or "
+                 "buffered-linear-Toeplitz MF (BLT, Dvijotham et al. 2024), "
                  "cyclic participation")
   Options = DpFtrlOptions
   noise_multiplier_option = "noise_multiplier"
@@ -173,6 +184,15 @@ class DpFtrl(FederatedAlgorithm):
     if options.mechanism != "banded" and options.bands is not None:
       raise FedJaxDpError(f"bands applies to mechanism 'banded' only, got mechanism "
                           f"{options.mechanism!r}.", option="bands")
+    if options.mechanism != "blt" and options.buffers is not None:
+      raise FedJaxDpError(f"buffers applies to mechanism 'blt' only, got mechanism "
+                          f"{options.mechanism!r}.", option="buffers")
+    if options.buffers is not None:
+      check_int("buffers", options.buffers, minimum=0, maximum=15)
+    if options.mechanism == "blt" and options.group_rate < 1:
+      raise FedJaxDpError(f"group_rate must be 1 for mechanism 'blt' (no amplification "
+                          f"theorem covers a BLT), got {options.group_rate:g}.",
+                          option="group_rate")
     if options.bands is not None and options.bands > run.rounds:
       raise FedJaxDpError(f"bands must be <= rounds={run.rounds} (C is rounds x rounds), "
                           f"got {options.bands}.", option="bands")
@@ -184,6 +204,7 @@ class DpFtrl(FederatedAlgorithm):
                    noise_multiplier=z, rounds=run.rounds, cycle_length=o.cycle_length,
                    clients_per_round=o.clients_per_round, group_rate=o.group_rate,
                    restart_every=o.restart_every, bands=o.bands, strategy=o.strategy,
+                   buffers=o.buffers,
                    local_epochs=None if o.local_steps else o.local_epochs,
                    local_steps=o.local_steps, batch_size=o.batch_size,
                    client_optimizer=o.client_optimizer,
@@ -198,7 +219,10 @@ class DpFtrl(FederatedAlgorithm):
     fields = {"ftrl_mechanism": c["mechanism"], "ftrl_cycle_length": c["cycle_length"],
               "ftrl_group_rate": c["group_rate"], "ftrl_restart_every": c["restart_every"],
               "ftrl_bands": c["bands"], "ftrl_strategy": c["strategy"],
-              "ftrl_strategy_rounds": c.get("banded_strategy_rounds")}
+              "ftrl_strategy_rounds": c.get("banded_strategy_rounds",
+                                             c.get("blt_strategy_rounds")),
+              "ftrl_blt_buf_decay": c.get("blt_buf_decay"),
+              "ftrl_blt_output_scale": c.get("blt_output_scale")}
     return DpFtrlController(alg, eval_every, setup.phases, fields,
                             run_sensitivity_squared(c, setup.run.rounds))
 
@@ -217,7 +241,9 @@ class DpFtrl(FederatedAlgorithm):
             "expected_cohort_size": c["expected_cohort_size"],
             "max_participations_per_client": int(math.ceil(rounds / c["cycle_length"]))
             if rounds else 0,
-            "restart_every": c["restart_every"], "bands": c["bands"]},
+            "restart_every": c["restart_every"], "bands": c["bands"],
+            "blt_buffers": (len(c["blt_buf_decay"]) if c["mechanism"] == "blt"
+                            else None)},
         "sensitivity_squared": sens2,
         "effective_noise_multiplier": (float(z) / math.sqrt(sens2)
                                        if sens2 and np.ndim(z) == 0 else None),
