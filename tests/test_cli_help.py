@@ -112,7 +112,8 @@ def test_every_built_in_entry_is_named_as_its_key():
     (["--clip-norm", "adaptve"],
      "argument --clip-norm: expected a number or 'adaptive', got 'adaptve'"),
     (["--sampler", "poison"], "argument --sampler: invalid choice 'poison'; expected one "
-                              "of poisson, fixed_size (did you mean poisson?)"),
+                              "of poisson, fixed_size, balls_in_bins, random_allocation, "
+                              "cyclic_poisson (did you mean poisson?)"),
     (["--activation", "tanh"],
      "argument --activation: invalid choice 'tanh'; expected one of relu, linear or none"),
     (["--seed"], "argument --seed: expected an integer, got nothing"),

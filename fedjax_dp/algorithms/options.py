@@ -55,9 +55,11 @@ class FederatedOptions:
   sampling_rate: Optional[float] = None
   """client sampling rate q in (0, 1] (default: 0.5 when neither this nor
   --clients-per-round is given)"""
-  sampler: Literal["poisson", "fixed_size"] = "poisson"
+  sampler: Literal["poisson", "fixed_size", "balls_in_bins", "random_allocation",
+                   "cyclic_poisson"] = "poisson"
   """poisson (add/remove DP) or fixed_size: sampling without replacement
-  (replace-one DP)"""
+  (replace-one DP); DP-FedAvg also: balls_in_bins, random_allocation, cyclic_poisson
+  (structured participation, docs/how-to/participation.md)"""
   local_epochs: Optional[int] = 1
   """local epochs E per round"""
   local_steps: Optional[int] = None

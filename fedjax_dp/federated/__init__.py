@@ -19,6 +19,7 @@ from fedjax_dp.federated.round import (RoundConfig, RoundHParams, RoundMetrics,
 from fedjax_dp.federated.sharding import client_mesh
 from fedjax_dp.federated.sampling import (Cohort, FixedSizeSampler, PoissonSampler,
                                           poisson_k_max)
+from fedjax_dp.federated.participation import AllocationSampler, CyclicSampler
 from fedjax_dp.federated.server import (ServerState, init_server_state, server_optimizer,
                                         server_update)
 
@@ -26,7 +27,8 @@ __all__ = [
     # local training
     "ClientHParams", "ClientMetrics", "DpSgdConfig", "make_client_update",
     # cohorts
-    "Cohort", "PoissonSampler", "FixedSizeSampler", "poisson_k_max",
+    "Cohort", "PoissonSampler", "FixedSizeSampler", "poisson_k_max", "AllocationSampler",
+    "CyclicSampler",
     # populations
     "PopulationData", "PooledPopulation", "make_pooled_population", "gather_clients",
     # the round and its privacy statement

@@ -105,10 +105,15 @@ def _custom_weights(hp, data) -> jax.Array:
   return jnp.asarray(source, jnp.float32)
 
 
-def _sample_cohort(sampler, config: RoundConfig, state, data, hp, rkey) -> _Cohort:
-  """Step 1: the cohort, its example counts and its aggregation weights."""
+def _sample_cohort(sampler, config: RoundConfig, state, data, hp, rkey,
+                   root_key=None) -> _Cohort:
+  """Step 1: the cohort, its example counts and its aggregation weights. Samplers whose
+  ``needs_root_key`` is True (an epoch's assignment, `fedjax_dp.federated.participation`)
+  also get the run's root key."""
   q = jnp.asarray(hp.sampling_rate, jnp.float32)
-  cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q, round_index=state.round)
+  extra = ({"root_key": root_key} if getattr(sampler, "needs_root_key", False) else {})
+  cohort = sampler.sample(keylib.stream(rkey, keylib.SAMPLING), q, round_index=state.round,
+                          **extra)
   ids, mask = cohort.indices, cohort.mask
   counts = jnp.where(mask, data.counts[ids], 0)
   if config.weighting == "uniform":
@@ -469,7 +474,7 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
     rkey = keylib.round_key(root_key, state.round)
     if config.adaptive_clip is not None:  # this round's clip norm is the one learned
       hp = hp._replace(clip_norm=state.mechanism["clip"].clip_norm)
-    co = _sample_cohort(sampler, config, state, data, hp, rkey)
+    co = _sample_cohort(sampler, config, state, data, hp, rkey, root_key)
     cal = _calibrate(config, relation, hp, data, co.ids)
     broadcast = server.broadcast(state)
     upload_like = _upload_shape(client, broadcast, data, hp, rkey, state.clients)

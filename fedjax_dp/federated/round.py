@@ -419,6 +419,8 @@ def make_ledger(sampler, config: RoundConfig, delta: float, *,
                         "observation, sizes and truncation follow from the round.",
                         option=unknown[0])
   kwargs: dict[str, Any]
+  if sampler.kind in events.SCHEDULED_SAMPLERS and not config.record_level:
+    return _participation_ledger(sampler, config, delta, num_clients)
   if config.record_level:
     if dp_sgd is None or max_examples is None:
       raise FedJaxDpError("make_ledger needs dp_sgd (the client's DpSgdConfig) and "
@@ -490,6 +492,26 @@ def init_mechanism_state(config: RoundConfig, params) -> Any:
   if config.central_noise is not None:
     out["noise"] = config.central_noise.init(params)
   return out or ()
+
+
+def _participation_ledger(sampler, config: RoundConfig, delta: float,
+                          num_clients: Optional[int]):
+  """`make_ledger` for a structured-participation sampler
+  (`fedjax_dp.federated.participation`): a
+  `fedjax_dp.privacy.participation_ledger.ParticipationLedger`."""
+  from fedjax_dp.privacy import events, participation_ledger
+  if num_clients is not None:
+    raise FedJaxDpError(f"sampler {sampler.kind!r} does not support per-client noise "
+                        "multipliers.", option="num_clients")
+  allocation = sampler.kind != "cyclic_poisson"
+  return participation_ledger.ParticipationLedger(
+      delta, sampler.kind, relation=round_relation(sampler, config),
+      observation=round_observation(config),
+      min_separation=None if allocation else sampler.cycle_length,
+      epoch_length=sampler.epoch_length if allocation else None,
+      participations=sampler.participations if allocation else 1,
+      truncation=(events.Truncation(sampler.population_size, sampler.k_max, 1)
+                  if allocation else None))
 
 
 def make_round(client_update: Callable, sampler, server_optimizer: optax.GradientTransformation,

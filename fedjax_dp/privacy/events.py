@@ -81,17 +81,27 @@ __all__ = [
     "SAMPLERS", "PRIVACY_UNITS", "RELATIONS", "OBSERVATIONS", "NeighborRel", "Truncation",
     "VisibleParticipationDpEvent", "default_relation", "neighboring_relation",
     "check_observation", "observation_text", "make_dp_event", "has_visible_participation", "dp_accounting_relation",
+    "SCHEDULED_SAMPLERS", "ALLOCATION_SAMPLERS", "Schedule",
     "truncation_delta",
 ]
 
 NeighborRel = dp_accounting.NeighboringRelation
 
-#: Client / record samplers understood by `make_dp_event`.
-SAMPLERS = ("poisson", "fixed_size")
+#: Client / record samplers understood by `make_dp_event` (the last three: structured
+#: participation, `fedjax_dp.federated.participation`; their events depend on the round).
+SAMPLERS = ("poisson", "fixed_size", "cyclic_poisson", "balls_in_bins", "random_allocation")
+#: Samplers whose round event depends on the round index (`make_dp_event`'s schedule).
+SCHEDULED_SAMPLERS = ("cyclic_poisson", "balls_in_bins", "random_allocation")
+#: Samplers whose aggregate-observation accounting has no DpEvent: the Monte Carlo
+#: accountant of `fedjax_dp.privacy.allocation`.
+ALLOCATION_SAMPLERS = ("balls_in_bins", "random_allocation")
 #: What one neighbouring step changes: all data of one user, or one record.
 PRIVACY_UNITS = ("user", "record")
 #: The relations each sampler's events are valid under (the first is the default).
-_SAMPLER_RELATIONS = {"poisson": ("add_remove", "zero_out"), "fixed_size": ("replace_one",)}
+_SAMPLER_RELATIONS = {"poisson": ("add_remove", "zero_out"), "fixed_size": ("replace_one",),
+                      "cyclic_poisson": ("add_remove", "zero_out"),
+                      "balls_in_bins": ("add_remove", "zero_out"),
+                      "random_allocation": ("add_remove", "zero_out")}
 
 #: What the server (the adversary of the guarantee) observes of a release (module
 #: docstring): the aggregate only, each upload with its sender, or public values only.
@@ -284,12 +294,95 @@ def _resolve_cohort_size(sampling_rate: Optional[float], population_size: Any,
   return n, m
 
 
+class Schedule(NamedTuple):
+  """Where a round of a structured-participation sampler (`SCHEDULED_SAMPLERS`) lies.
+
+  Attributes:
+    round_index: the 0-based round (int >= 0).
+    min_separation: b, the number of groups of ``"cyclic_poisson"`` (round r serves
+      group ``r mod b``).
+    epoch_length: t, rounds per epoch of ``"balls_in_bins"`` / ``"random_allocation"``.
+    participations: k, rounds per epoch a unit takes part in (1 for balls-in-bins).
+    group: the protected unit's group (``"cyclic_poisson"``); 0, the default, is the
+      group with the most eligible rounds (rounds 0, b, 2b, ...).
+  """
+  round_index: int
+  min_separation: Optional[int] = None
+  epoch_length: Optional[int] = None
+  participations: int = 1
+  group: int = 0
+
+
+def _check_schedule(sampler: str, schedule: Any) -> Schedule:
+  """``schedule`` validated for ``sampler`` (one of `SCHEDULED_SAMPLERS`)."""
+  if not isinstance(schedule, Schedule):
+    raise FedJaxDpError(
+        f"sampler={sampler!r} needs schedule=Schedule(round_index, ...): its round event "
+        f"depends on the round, got {schedule!r}.", option="schedule")
+  r = check_int("round_index", schedule.round_index, minimum=0)
+  if sampler == "cyclic_poisson":
+    b = check_int("min_separation", schedule.min_separation, minimum=1)
+    return Schedule(r, b, None, 1, check_int("group", schedule.group, minimum=0,
+                                             maximum=b - 1))
+  t = check_int("epoch_length", schedule.epoch_length, minimum=1)
+  k = check_int("participations", schedule.participations, minimum=1, maximum=t)
+  if sampler == "balls_in_bins" and k != 1:
+    raise FedJaxDpError(f"balls_in_bins has one participation per epoch, got {k}; use "
+                        "random_allocation.", option="participations")
+  return Schedule(r, None, t, k, 0)
+
+
+def _scheduled_event(z: float, q: float, steps: int, sampler: str, observation: str,
+                     schedule: Schedule) -> dp_accounting.DpEvent:
+  """Round ``schedule.round_index``'s event for the unit of ``schedule.group``.
+
+  * ``cyclic_poisson`` (q: the marginal rate the round reports, q_group = q b): in the
+    group's rounds (``r = group mod b``) a Poisson-sampled Gaussian at q_group
+    (aggregate; `VisibleParticipationDpEvent` attributable), else `NoOpDpEvent` (the
+    unit cannot take part). Group 0 has ``ceil(T / b)`` eligible rounds among T, the
+    most of any group, so with constant noise it is the worst case; a ledger with
+    varying noise takes the largest epsilon over the groups.
+  * ``balls_in_bins`` / ``random_allocation``, attributable: the unit's k uploads of an
+    epoch are k visible Gaussian releases (no amplification), charged in the epoch's
+    first round (``SelfComposedDpEvent(Gaussian(z), k steps)``), NoOp in its other
+    rounds: after R rounds exactly ``k ceil(R / t)`` releases, the epochs touched.
+    Aggregate observation has no DpEvent (`fedjax_dp.privacy.allocation`).
+  """
+  if sampler == "cyclic_poisson":
+    b = schedule.min_separation
+    assert b is not None
+    if (schedule.round_index - schedule.group) % b:
+      return dp_accounting.NoOpDpEvent()
+    if z == 0.0:
+      return dp_accounting.NonPrivateDpEvent()
+    if q * b > 1.0 + _COHORT_RATE_RTOL:
+      raise FedJaxDpError(f"sampling_rate={q!r} with min_separation={b}: the group rate "
+                          f"q*b = {q * b:g} exceeds 1.", option="sampling_rate")
+    return _build_event(z, min(1.0, q * b), steps, "poisson", None, None, observation)
+  if observation == "aggregate":
+    raise FedJaxDpError(
+        f"sampler={sampler!r} with observation='aggregate' has no closed-form DpEvent: "
+        "it is accounted by the Monte Carlo accountant of fedjax_dp.privacy.allocation "
+        "(fedjax_dp.privacy.participation_ledger.ParticipationLedger).",
+        option="sampler")
+  if schedule.round_index % int(schedule.epoch_length or 1):
+    return dp_accounting.NoOpDpEvent()
+  if z == 0.0:
+    return dp_accounting.NonPrivateDpEvent()
+  return dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(z),
+                                           schedule.participations * steps)
+
+
 def _build_event(z: float, q: float, steps: int, sampler: str,
                  population_size: Optional[int], cohort_size: Optional[int],
-                 observation: str = "aggregate") -> dp_accounting.DpEvent:
+                 observation: str = "aggregate", schedule: Optional[Schedule] = None
+                 ) -> dp_accounting.DpEvent:
   """`make_dp_event` on already validated arguments."""
   if observation == "public":
     return dp_accounting.NoOpDpEvent()
+  if sampler in SCHEDULED_SAMPLERS:
+    return _scheduled_event(z, q, steps, sampler, observation,
+                            _check_schedule(sampler, schedule))
   if z == 0.0:
     return dp_accounting.NonPrivateDpEvent()
   gaussian = dp_accounting.GaussianDpEvent(z)
@@ -317,7 +410,8 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
                   steps: int = 1, sampler: str = "poisson",
                   population_size: Optional[int] = None,
                   cohort_size: Optional[int] = None,
-                  observation: str = "aggregate") -> dp_accounting.DpEvent:
+                  observation: str = "aggregate",
+                  schedule: Optional[Schedule] = None) -> dp_accounting.DpEvent:
   """The `DpEvent` of one round: ``steps`` Gaussian releases of a sampled unit, as the
   server observes them. The one function every ledger, calibration and audit claim
   builds round events with.
@@ -347,6 +441,15 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
 
   ``observation="public"``: `NoOpDpEvent` (nothing private is released).
 
+  Structured participation (`SCHEDULED_SAMPLERS`, ``schedule`` required; the event of
+  the worst-case unit in round ``schedule.round_index``, `_scheduled_event`):
+  ``"cyclic_poisson"``: in rounds ``r mod b == 0`` the Poisson event at the group rate
+  ``q b`` (q: the marginal rate the round reports; Choquette-Choo et al., NeurIPS 2023,
+  the amplification of cyclic Poisson sampling), `NoOpDpEvent` otherwise;
+  ``"balls_in_bins"`` / ``"random_allocation"``: attributable only (k Gaussian releases
+  per epoch, charged in its first round); aggregate observation is refused (no DpEvent:
+  the Monte Carlo accountant, `fedjax_dp.privacy.allocation`).
+
   ``noise_multiplier == 0``: `NonPrivateDpEvent` (epsilon = inf), except for public
   releases.
 
@@ -362,6 +465,7 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
     population_size: n, units the cohort is drawn from (``"fixed_size"`` only).
     cohort_size: m <= n, units per round (``"fixed_size"``; derived from q if None).
     observation: one of `OBSERVATIONS` (what the server observes; module docstring).
+    schedule: a `Schedule` for `SCHEDULED_SAMPLERS` (ignored by the others).
 
   Returns:
     A `dp_accounting.DpEvent`.
@@ -380,7 +484,8 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
     q = cohort_size / population_size
   elif q is None:
     q = 1.0
-  return _build_event(z, q, steps, sampler, population_size, cohort_size, observation)
+  return _build_event(z, q, steps, sampler, population_size, cohort_size, observation,
+                      schedule)
 
 
 def has_visible_participation(event: dp_accounting.DpEvent) -> bool:

@@ -117,7 +117,8 @@ def test_the_decay_changes_training(toy):
 
 def test_its_options_are_flags_config_keys_and_checked(toy, tmp_path, capsys):
   assert "lr_decay" in RunConfig.option_names("toy_decay")
-  assert choices(DecayOptions, "sampler") == ("poisson", "fixed_size")
+  assert choices(DecayOptions, "sampler") == ("poisson", "fixed_size", "balls_in_bins",
+                                              "random_allocation", "cyclic_poisson")
   rc = cli.main(["run", "--algorithm", "toy_decay", *ARGS, "--lr-decay", "-1",
                  "--out", str(tmp_path / "bad")])
   err = capsys.readouterr().err

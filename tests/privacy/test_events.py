@@ -73,7 +73,8 @@ def test_neighboring_relation():
   assert rel == "replace_one" and "replace-one" in text and "record" in text
   rel, text = events.neighboring_relation("poisson", "user", "zero_out")
   assert rel == "zero_out" and "null dataset" in text
-  assert set(events.SAMPLERS) == {"poisson", "fixed_size"}
+  assert set(events.SAMPLERS) == {"poisson", "fixed_size", "cyclic_poisson",
+                                  "balls_in_bins", "random_allocation"}
   with pytest.raises(FedJaxDpError, match="sampler"):
     events.neighboring_relation("shuffle")
   # Each sampler's DpEvent is valid under its own relations only.

@@ -54,7 +54,9 @@ from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from fedjax_dp.algorithms import canaries as canary_lib
 from fedjax_dp.algorithms import fedavg_family as family
+from fedjax_dp.algorithms import participation_spec
 from fedjax_dp.algorithms.dp_fedavg import noise_cohort
 from fedjax_dp.algorithms.base import (Algorithm, PerClientPrivacySpec, PrivacySpec,
                                        require_learning_rates)
@@ -218,11 +220,13 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
               population_weight: Optional[float] = None, client_update=None,
               chunk_size: Optional[int] = None, mesh=None,
               adaptive_clipping: Optional[AdaptiveClipping] = None,
-              observed_client: Optional[int] = None,
+              observed_client: Optional[int] = None, canaries=None,
               client_stage: Optional[Callable] = None,
               server_stage: Optional[Callable] = None,
               algorithm_hparams: Optional[dict] = None,
-              noise_cohort_size: Optional[int] = None) -> Algorithm:
+              noise_cohort_size: Optional[int] = None,
+              participations_per_epoch: Optional[int] = None,
+              min_separation: Optional[int] = None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -237,7 +241,9 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
       update, and z may be a float ``[num_clients]`` vector (one per client, by
       population id; each client is then accounted with its own).
     sampling_rate / clients_per_round: q, or the expected cohort size ``q N``.
-    sampler: ``"poisson"`` (the paper's) or ``"fixed_size"`` (without replacement).
+    sampler: ``"poisson"`` (the paper's), ``"fixed_size"``, ``"balls_in_bins"``,
+      ``"random_allocation"`` or ``"cyclic_poisson"`` (`family.cohort_sampler`).
+    participations_per_epoch / min_separation: k and b of the last two samplers.
     local_epochs / local_steps: local work (ignored for DP-FedSGD); giving
       ``local_steps`` replaces the default ``local_epochs=1``.
     batch_size: local minibatch size.
@@ -277,6 +283,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
     observed_client: with local noise, a population client id whose upload the round
       also returns as the server receives it (``RoundConfig.observed_client``), for
       canary audits of attributable uploads; None otherwise.
+    canaries: a `fedjax_dp.auditing.one_run.CanaryPlan` (K canaries, K/2 inserted: the
+      sampler's population is N + K/2; `fedjax_dp.algorithms.canaries`), or None.
     client_stage: ``client_stage(trainer) -> ClientStage``
       (`fedjax_dp.federated.stages`), or None for FedAvg's local training: an
       algorithm's own client work composed with this privacy pipeline (DP-FedProx's
@@ -306,10 +314,14 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
       ``noise_multiplier``).
   """
   adaptive = adaptive_clipping
+  if canaries is not None:  # the sampler's population gains the K/2 inserted canaries
+    data = canary_lib.checked_view(canaries, data, noise_multiplier, weighting, observed_client)
   clip_norm = _resolve_clip_norm(adaptive, clip_norm, noise_placement, noise_multiplier)
   z = _check_noise_multipliers(noise_multiplier, noise_placement, data.num_clients)
   _check_weighting(weighting, data_size_cap)
-  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max)
+  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max,
+                               participations_per_epoch, min_separation, family.ALL_SAMPLERS)
+  family.check_structured(samp.kind, adaptive is not None, np.ndim(z) == 1)
   local_epochs, local_steps = family.local_work(local_epochs, local_steps)
   scale = noise_cohort.noise_scale(noise_cohort_size, samp.kind, samp.expected_cohort_size,
                                    noise_placement, adaptive is not None)
@@ -332,18 +344,20 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
       chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client,
       noise_scale=scale)
   server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
-  round_fn, init_state = _compose(client, samp, server_opt, config, mesh, data.num_clients,
+  compose = _compose if canaries is None else canary_lib.composer(canaries)
+  round_fn, init_state = compose(client, samp, server_opt, config, mesh, data.num_clients,
                                   client_stage and client_stage(trainer),
                                   server_stage and server_stage(server_opt))
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
   privacy, extra_config = _privacy_statement(samp, config, clip_norm, z, noise_placement,
                                              adaptive, data.num_clients)
+  extra_config.update(canaries.to_dict() if canaries is not None else {})
   return Algorithm(
       name=name, round_fn=round_fn, init=lambda key: init_state(model.init(key)),
       hparams=RoundHParams(clip_norm, z, samp.sampling_rate,
                            ClientHParams(learning_rate=client_learning_rate),
                            server_learning_rate, algorithm=algorithm_hparams),
-      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate,
+      privacy=privacy, k_max=samp.k_max, sampling_rate=samp.sampling_rate, canaries=canaries,
       config={**dict(clip_norm=clip_norm, noise_multiplier=(
                          z.tolist() if isinstance(z, np.ndarray) else z),
                      noise_placement=noise_placement,
@@ -448,6 +462,8 @@ def _privacy_statement(samp, config: RoundConfig, clip_norm: float, noise_multip
       truncation=family.cohort_truncation(samp),
       event_scale=event_scale,
       clip_norm=None if adaptive is not None else clip_norm, clipped=clipped, note=note)
+  if samp.kind in family.STRUCTURED_SAMPLERS:
+    return participation_spec.for_sampler(samp, relation, **fields), extra_config
   if np.ndim(noise_multiplier) == 1:
     # Per-client noise multipliers: the per-client statement, over every client.
     return PerClientPrivacySpec("user-level", relation, samp.kind,

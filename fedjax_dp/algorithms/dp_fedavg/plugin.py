@@ -13,7 +13,9 @@ from typing import Callable, Dict, Literal, Optional, Union
 
 import numpy as np
 
+from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
+from fedjax_dp.algorithms.canaries import CanaryPlan
 from fedjax_dp.algorithms.dp_fedavg import noise_cohort
 from fedjax_dp.algorithms.dp_fedavg.algorithm import (adaptive_clipping_for,
                                                       check_adaptive_split, dp_fedavg,
@@ -68,6 +70,12 @@ class DpFedAvgOptions(FederatedOptions):
   """K' >= the expected cohort K: SIMULATION of a K'-client cohort's noise (central noise
   std (K/K') z C, pfl-research's noise_cohort_size); summary.json's epsilon stays this
   run's own, noise_cohort_simulation.deployment_epsilon is the K' deployment's"""
+  participations_per_epoch: Optional[int] = None
+  """with --sampler random_allocation: k, rounds per epoch of t = round(k/q) rounds each
+  client takes part in (default 1)"""
+  min_separation: Optional[int] = None
+  """with --sampler cyclic_poisson: b, the number of client groups (round r serves group
+  r mod b, each member joining with probability q*b)"""
 
 
 #: The options of adaptive clipping (`DpFedAvgOptions`), refused without
@@ -121,6 +129,7 @@ class DpFedAvg(FederatedAlgorithm):
   default_noise_multiplier = 2.0
   function = staticmethod(dp_fedavg)
   fedsgd = False
+  canaries_refused = None  # `build` passes the run's canary plan on (`canary_kwargs`)
   metric_labels = {
       "adaptive_clip_norm": (disclosure.DP, "the round's adaptive clip norm C_t: "
                              "post-processing of the earlier rounds' noisy counts"),
@@ -180,6 +189,7 @@ class DpFedAvg(FederatedAlgorithm):
                           f"got sampler={options.sampler!r}, noise_placement="
                           f"{options.noise_placement!r}, clip_norm={clip!r}.",
                           option="noise_cohort_size")
+    _check_participation_options(options, adaptive)
     path = options.client_noise_multipliers
     if path is not None:
       if options.noise_placement != "local":
@@ -205,7 +215,7 @@ class DpFedAvg(FederatedAlgorithm):
 
   def build(self, setup) -> Algorithm:
     o = setup.options
-    kw = o.federated_kwargs(setup)
+    kw = dict(o.federated_kwargs(setup), **canary_kwargs(setup))
     if o.clip_norm == "adaptive":
       # Placeholder z 0 until the run sets it (`with_noise_multiplier` checks the split).
       return self.builder(setup.model, setup.data,
@@ -219,6 +229,8 @@ class DpFedAvg(FederatedAlgorithm):
                                         setup.data.num_clients)
     extra = ({} if o.noise_cohort_size is None
              else dict(noise_cohort_size=o.noise_cohort_size))
+    extra.update(participations_per_epoch=o.participations_per_epoch,
+                 min_separation=o.min_separation)
     return self.builder(setup.model, setup.data, clip_norm=o.clip_norm, noise_multiplier=z,
                         noise_placement=o.noise_placement, fedsgd=self.fedsgd, **kw,
                         **extra, **self.builder_kwargs(o))
@@ -250,8 +262,10 @@ class DpFedAvg(FederatedAlgorithm):
                                   run.target_epsilon, run.delta, run.accountant)
       else:
         z = self.default_noise_multiplier
+    plan = kw.get("canaries")  # the sampler's population then holds the canaries
     return adaptive_clipping_for(
-        setup.data, 0.0 if z is None else z, sampling_rate=kw["sampling_rate"],
+        setup.data if plan is None else plan.view(setup.data), 0.0 if z is None else z,
+        sampling_rate=kw["sampling_rate"],
         clients_per_round=kw["clients_per_round"], sampler=kw["sampler"],
         target_quantile=_or(o.target_quantile, "target_quantile"),
         learning_rate=_or(o.clip_learning_rate, "clip_learning_rate"),
@@ -301,6 +315,37 @@ class DpFedAvg(FederatedAlgorithm):
             f"{summary['final_unclipped_fraction_dp']:.3f}); the combined noise "
             f"multiplier splits into {summary['update_noise_multiplier']:.4g} on the "
             f"update sum and {summary['count_noise_multiplier']:.4g} on the count"]
+
+
+def canary_kwargs(setup) -> dict:
+  """``{"canaries": CanaryPlan}`` for a run with ``--canaries K`` (K canaries over the
+  setup's real clients, `fedjax_dp.algorithms.canaries`), else ``{}``."""
+  run = setup.run
+  k = getattr(run, "canaries", 0) if run is not None else 0
+  if run is None or not k:
+    return {}
+  return {"canaries": CanaryPlan(k, setup.data.num_clients, seed=run.canary_seed)}
+
+
+def _check_participation_options(options, adaptive: bool) -> None:
+  """The structured-participation options fit the sampler
+  (`fedjax_dp.algorithms.fedavg_family.cohort_sampler` checks the values).
+
+  Raises:
+    FedJaxDpError: --participations-per-epoch without random_allocation,
+      --min-separation without cyclic_poisson (or missing with it), adaptive clipping or
+      per-client noise multipliers with a structured sampler.
+  """
+  s = options.sampler
+  if options.participations_per_epoch is not None and s != "random_allocation":
+    raise FedJaxDpError("participations_per_epoch needs --sampler random_allocation, got "
+                        f"sampler={s!r}.", option="participations_per_epoch")
+  if (options.min_separation is not None) != (s == "cyclic_poisson"):
+    raise FedJaxDpError("--sampler cyclic_poisson needs --min-separation b (and "
+                        f"--min-separation needs that sampler); got sampler={s!r}, "
+                        f"min_separation={options.min_separation!r}.",
+                        option="min_separation")
+  family.check_structured(s, adaptive, options.client_noise_multipliers is not None)
 
 
 def _or(value: Optional[float], option: str) -> float:
@@ -377,6 +422,8 @@ class RecordLevelOptions(FederatedOptions):
 class DpFedAvgRecordLevel(FederatedAlgorithm):
   """Record-level DP-FedAvg: local DP-SGD (`dp_fedavg_record_level`)."""
   name = "dp_fedavg_record_level"
+  canaries_refused = ("its privacy unit is one example, while a canary is a whole client "
+                      "(user level)")
   description = "record-level DP: local DP-SGD in each client (Abadi et al. 2016)"
   Options = RecordLevelOptions
   noise_multiplier_option = "record_noise_multiplier"

@@ -112,3 +112,10 @@ def test_round_index_is_required():
   with pytest.raises(FedJaxDpError, match="round_index") as err:
     s.sample(jax.random.PRNGKey(0))
   assert err.value.option == "round_index"
+
+
+def test_schedule_is_the_shared_one():
+  """The schedule moved to fedjax_dp.federated.participation (shared with DP-FedAvg's
+  cyclic_poisson sampler); this module re-exports it."""
+  from fedjax_dp.federated import participation as shared
+  assert CyclicSampler is shared.CyclicSampler and assign_groups is shared.assign_groups
