@@ -45,6 +45,9 @@ class Algorithm:
     k_max: static padded cohort size.
     config: the resolved configuration (for summaries).
     sampling_rate: the clients' sampling rate q (fixed-size cohorts: m / N).
+    canaries: the run's canary clients (a `fedjax_dp.auditing.one_run.CanaryPlan`:
+      ``report(theta0, theta_final, delta, accountant_epsilon)`` scores them after
+      training), or None.
   """
   name: str
   round_fn: Callable
@@ -54,6 +57,7 @@ class Algorithm:
   k_max: int
   config: Dict[str, Any]
   sampling_rate: float
+  canaries: Optional[Any] = None
 
 
 def require_learning_rates(round_fn: Callable) -> Callable:

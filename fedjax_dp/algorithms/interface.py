@@ -297,6 +297,11 @@ class FederatedAlgorithm:
   metric_labels: ClassVar[Dict[str, Tuple[str, str]]] = {}
   summary_labels: ClassVar[Dict[str, Tuple[str, str]]] = {}
   from_test_metrics: ClassVar[Tuple[str, ...]] = ()
+  #: Why ``--canaries`` is refused for this algorithm (None: its `build` passes the
+  #: run's `fedjax_dp.auditing.one_run.CanaryPlan` on; `canary_plan`).
+  canaries_refused: ClassVar[Optional[str]] = (
+      "its round is not wired for canary clients (fedjax_dp.algorithms.canaries hosts "
+      "them in DP-FedAvg, DP-FedSGD and DP-FedProx)")
 
   def validate(self, options, run) -> None:
     """Checks ``options`` (and their fit with the `RunConfig` ``run``) before any data

@@ -150,6 +150,14 @@ class RunConfig:
   """keep training a run that diverged (fedjax_dp.runs.divergence: most client updates
   non-finite, or the test loss exploding) with a warning; by default it stops there,
   keeping its outputs, and fedjax-dp exits with status 3"""
+  canaries: int = 0
+  """K >= 4: one-run empirical privacy estimation (Andrew et al. 2024): each canary
+  client joins the population with probability 1/2 (from --canary-seed; it uploads clip
+  norm x its own random unit direction when sampled), the rest are held out;
+  summary.json gets the estimated epsilon and a 95% one-run lower bound, simulation
+  diagnostics (docs: how-to/empirical-privacy)"""
+  canary_seed: int = 0
+  """the public seed of the canaries' directions and of which canaries are inserted"""
   logger: str = "tensorboard"
   """experiment trackers: a comma list of tensorboard, wandb, mlflow, or none;
   tensorboard writes event files to <out>/tensorboard (view them with the tensorboard
@@ -297,6 +305,12 @@ class RunConfig:
     if self.data_seed is not None:
       check_int("data_seed", self.data_seed, minimum=0, maximum=2**32 - 1)
     check_delta(self.delta)
+    check_int("canary_seed", self.canary_seed, minimum=0, maximum=2**32 - 1)
+    if self.canaries:
+      check_int("canaries", self.canaries, minimum=4)
+      if plugin.canaries_refused is not None:
+        raise FedJaxDpError(f"algorithm {self.algorithm} cannot host --canaries: "
+                            f"{plugin.canaries_refused}.", option="canaries")
     if self.target_epsilon is not None:
       check_epsilon(self.target_epsilon, "target_epsilon")
     for name in ("overwrite", "verify_checksums", "dp_metrics_only", "allow_large_delta",

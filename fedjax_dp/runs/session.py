@@ -53,7 +53,7 @@ from fedjax_dp.algorithms.interface import Block
 from fedjax_dp.federated import PopulationData, driver, sharding
 from fedjax_dp.federated.population import check_population
 from fedjax_dp.interrupts import GracefulInterrupts, RunInterrupted
-from fedjax_dp.runs import divergence, outputs, plots
+from fedjax_dp.runs import canary_report, divergence, outputs, plots
 from fedjax_dp.runs import privacy as run_privacy
 from fedjax_dp.runs.member import (METRICS_FORMAT, Member, Resumed, close, evaluators,
                                    open_outputs, read_checkpoint, start_member)
@@ -372,6 +372,8 @@ def finish(s: Session, t_start: float) -> None:
     summary["diverged"] = s.diverged.get(i)
     summary.update(plugin.summary_fields(m.alg, m.setup, m.controller, m.written))
     summary.update(m.summary_extra)
+    summary.update(canary_report.fields(m.alg, m.root, m.state, m.cfg.delta,
+                                        summary["epsilon"]))
     m.summary = label_summary(summary, plugin, m.setup.data, final)
     released = published_summary(m.summary, m.cfg)
     if m.folder and sharding.is_primary():
@@ -379,6 +381,7 @@ def finish(s: Session, t_start: float) -> None:
                            json.dumps(outputs.json_safe(released), indent=2))
       plots.plot_run([m.published(r) for r in m.written], outputs.json_safe(released),
                      os.path.join(m.folder, "curves.png"))
+      canary_report.plot_canaries(released, os.path.join(m.folder, "canaries.png"))
       m.trackers.write_summary(released)
 
 

@@ -31,7 +31,7 @@ from fedjax_dp.federated import sharding
 from fedjax_dp.interrupts import RunInterrupted
 from fedjax_dp.privacy import accountants, disclosure
 from fedjax_dp.privacy.ledger_protocol import Ledger
-from fedjax_dp.runs import outputs
+from fedjax_dp.runs import canary_report, outputs
 from fedjax_dp.runs import privacy as run_privacy
 from fedjax_dp.runs.config import RunConfig
 from fedjax_dp.validation import FedJaxDpError
@@ -205,6 +205,7 @@ def label_summary(summary: Dict[str, Any], plugin: FederatedAlgorithm, data: Fed
       client_test, plugin.summary_labels,
       [f"final_test_{k}" for k in final if k not in ("loss", "accuracy")])
   labels.update(RUN_LABELS)
+  labels.update(canary_report.LABELS)  # --canaries: simulation diagnostics
   table, missing = disclosure.summary_table(
       dict(summary, summary_disclosure=None), labels)
   if missing:

@@ -18,6 +18,8 @@ class DpScaffold(DpFedAvg):
                  "2020), the model and control deltas clipped jointly, central noise")
   function = staticmethod(dp_scaffold)
   builder = staticmethod(dp_scaffold)
+  canaries_refused = ("its upload is the pair (model delta, control-variate delta) and a "
+                      "canary client's control variate is not simulated")
 
   def validate(self, options, run) -> None:
     super().validate(options, run)
