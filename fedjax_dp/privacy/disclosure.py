@@ -77,6 +77,9 @@ LABELS: Dict[str, Tuple[str, str]] = {
     "truncation_population_size": (PUBLIC, ACCOUNTING),
     "truncation_cap": (PUBLIC, ACCOUNTING),
     "truncation_draws_per_step": (PUBLIC, ACCOUNTING),
+    **{f: (PUBLIC, ACCOUNTING) for f in (  # structured participation's schedule
+        "min_separation", "epoch_length", "participations_per_epoch",
+        "accounting_method", "mc_samples", "mc_beta", "mc_seed")},
     "releases": (PUBLIC, "accounting parameter (the names of the releases composed each "
                  "round): no client data"),
     "noise_multiplier_conditional": (PUBLIC, ACCOUNTING),
@@ -107,7 +110,9 @@ SUMMARY_LABELS: Dict[str, Tuple[str, str]] = {
     **{f: (PUBLIC, _ACCT) for f in (
         "epsilon", "epsilon_rdp", "epsilon_pld", "epsilon_pld_note",
         "accounting_warnings", "truncation_probability", "delta_total", "guarantee",
-        "release_epsilons_rdp", "worst_client", "per_client_epsilon_rdp")},
+        "release_epsilons_rdp", "worst_client", "per_client_epsilon_rdp",
+        "rho_zcdp", "rho_zcdp_exact", "rho_zcdp_note", "epsilon_from_rho",
+        "accounting_method", "mc_samples", "mc_confidence")},
     "num_clients": (PUBLIC, "the population size N, public as in every DP-FL "
                     "accounting (the fixed denominator q N and the sampling rate use it)"),
     "algorithm_config": (PUBLIC, "the resolved configuration: hyper-parameters and "

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from fedjax_dp.algorithms.base import PrivacyStatement
-from fedjax_dp.privacy import accountants, calibration
+from fedjax_dp.privacy import accountants, calibration, zcdp
 from fedjax_dp.privacy.ledger_protocol import Ledger, PrivacyReport
 from fedjax_dp.validation import FedJaxDpError
 
@@ -40,6 +40,11 @@ def calibrate_noise_multiplier(spec: PrivacyStatement, rounds: int, target_epsil
     FedJaxDpError: per-client noise multipliers (each client has its own:
       ``PerClientPrivacySpec.calibration_events`` refuses), or no z reaches the target.
   """
+  own: Any = getattr(spec, "calibrate_noise_multiplier", None)
+  if callable(own):  # a statement with its own accountant (Monte Carlo)
+    z_own = own(rounds, target_epsilon, delta, accountant)
+    if z_own is not None:
+      return float(z_own)  # type: ignore[arg-type]
   # The run's epsilon is the largest over `calibration_events` (one event,
   # or one per group of releases a record can influence): the smallest z meeting the
   # target is the largest of the z that calibrate each alone.
@@ -131,12 +136,16 @@ def privacy_summary(ledger: Optional[Ledger], spec: Optional[PrivacyStatement],
   client and every client's epsilon (when they differ), and with several releases per
   round ``release_epsilons_rdp`` (``{name: epsilon of that release alone}``, how the
   budget splits; the guarantee is that of all of them composed, the truncation
-  probability the sum of theirs): the spec's ``summary_fields``."""
+  probability the sum of theirs): the spec's ``summary_fields``; and, for every run,
+  the zCDP fields ``rho_zcdp``, ``rho_zcdp_exact``, ``rho_zcdp_note`` and
+  ``epsilon_from_rho`` of the guarantee ledger
+  (`fedjax_dp.privacy.zcdp.zcdp_summary_fields`)."""
   if ledger is None or spec is None:  # non-private (the one has the other)
     return {"relation": None, "observation": None, "observed_by_server": None,
             "truncation_probability": 0.0, "delta_total": None,
-            "guarantee": "none (non-private)"}
-  return spec.summary_fields(ledger, accountant, delta)
+            "guarantee": "none (non-private)", **zcdp.zcdp_summary_fields(None, delta)}
+  return {**spec.summary_fields(ledger, accountant, delta),
+          **zcdp.zcdp_summary_fields(spec.guarantee_ledger(ledger, "rdp"), delta)}
 
 
 def run_ledger(spec: Optional[PrivacyStatement], accountant: str, delta: float

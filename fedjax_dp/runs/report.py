@@ -8,7 +8,7 @@ import math
 import signal
 from typing import Any, Dict
 
-__all__ = ["print_summary", "print_result", "print_privacy", "privacy_line",
+__all__ = ["print_summary", "print_result", "print_privacy", "privacy_line", "zcdp_line",
            "privacy_detail", "print_outputs", "output_files", "OUTPUT_FILES",
            "print_divergence", "eps_text"]
 
@@ -91,6 +91,21 @@ def privacy_detail(s: Dict[str, Any]) -> str:
   return ", ".join(out)
 
 
+def zcdp_line(s: Dict[str, Any]) -> str:
+  """The zCDP line of summary.json ``s`` (`fedjax_dp.privacy.zcdp`), e.g. ``zCDP: rho =
+  0.05 (exact), i.e. epsilon <= 1.42 at delta 1e-3 from rho alone``; with sampling
+  ``(upper bound: amplification by sampling ignored)``; ``""`` where no rho is stated
+  (a summary without the fields, or an event without Gaussian structure)."""
+  rho = s.get("rho_zcdp")
+  if rho is None:
+    return ""
+  kind = ("exact" if s.get("rho_zcdp_exact") else
+          "upper bound: amplification by sampling ignored")
+  return (f"zCDP: rho = {rho:.4g} ({kind}), i.e. epsilon <= "
+          f"{eps_text(s['epsilon_from_rho'])} at delta {_g(s['delta'])} from rho alone "
+          "(Bun & Steinke 2016, Prop. 1.3)")
+
+
 def print_privacy(s: Dict[str, Any]) -> None:
   """The guarantee (`privacy_line`, `privacy_detail`), what the server observes, and
   the algorithm's own lines; the full statement is summary.json's ``guarantee``."""
@@ -101,6 +116,8 @@ def print_privacy(s: Dict[str, Any]) -> None:
   else:
     print(f"  privacy: {privacy_line(s)}")
     print(f"    accounting: {privacy_detail(s)}")
+    if zcdp_line(s):
+      print(f"    {zcdp_line(s)}")
     if s.get("observed_by_server"):
       print(f"  the server observes {s['observed_by_server']}")
     if s.get("per_client_epsilon_rdp") is not None:
@@ -112,6 +129,9 @@ def print_privacy(s: Dict[str, Any]) -> None:
             f"above uses {s['sensitivity']:.4g}, what the code enforces")
   from fedjax_dp.algorithms import registry
   for line in registry.get(s["algorithm"]).describe(s):
+    print(f"  {line}")
+  from fedjax_dp.runs.canary_report import describe as canary_lines
+  for line in canary_lines(s):
     print(f"  {line}")
 
 
@@ -139,7 +159,7 @@ def print_outputs(s: Dict[str, Any]) -> int:
 
 
 #: What a run may write into its folder, in the order `output_files` names them.
-OUTPUT_FILES = ("metrics.jsonl", "summary.json", "curves.png", "partition.png",
+OUTPUT_FILES = ("metrics.jsonl", "summary.json", "curves.png", "partition.png", "canaries.png",
                 "tensorboard/", "mlruns/", "checkpoints/")
 
 

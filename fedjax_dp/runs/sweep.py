@@ -50,6 +50,7 @@ from fedjax_dp.federated.population import check_population
 from fedjax_dp.interrupts import GracefulInterrupts
 from fedjax_dp.privacy.ledger_protocol import Ledger
 from fedjax_dp.runs import outputs, plots, session, sweep_resume
+from fedjax_dp.runs import sweep_best_of as best_of
 from fedjax_dp.runs import writers as writers_lib
 from fedjax_dp.runs.config import RunConfig
 from fedjax_dp.runs.program import (check_blocks, differing, flags, full_schedule,
@@ -64,6 +65,7 @@ from fedjax_dp.runs.sweep_cli import SWEEP_USAGE, command, parse_sweep_args  # n
 from fedjax_dp.runs.sweep_report import (  # noqa: F401
     comparison_rows, comparison_table, plot_sweep, write_comparison)
 from fedjax_dp.runs.sweep_resume import SPEC_FILE, SweepPlan
+from fedjax_dp.runs.sweep_select import Selection
 from fedjax_dp.validation import FedJaxDpError, check_int
 
 if TYPE_CHECKING:  # annotations only (no import at run time)
@@ -124,6 +126,8 @@ class SweepResult:
     interrupted: None, or (a signal stopped it) ``{"signal", "rounds_done",
       "rounds_planned", "resume"}``: every member is summarised at its newest
       checkpoint, and ``resume`` is the command that continues the sweep.
+    selection: with ``select``: sweep.json's ``selection``
+      (`fedjax_dp.runs.sweep_select.selection_summary`), else None.
   """
   members: List[SweepMember]
   rows: List[Dict[str, Any]]
@@ -132,6 +136,7 @@ class SweepResult:
   programs: int = 1
   axes: Dict[str, List[Any]] = dataclasses.field(default_factory=dict)
   interrupted: Optional[Dict[str, Any]] = None
+  selection: Optional[Dict[str, Any]] = None
 
 
 # --- the sweep's folder -----------------------------------------------------------------
@@ -198,7 +203,8 @@ def run_sweep(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]] = Non
               sweep_chunk: Optional[int] = None, progress: bool = True,
               data: Optional[FederatedData] = None,
               given: Optional[Sequence[str]] = None,
-              model: Optional[Union[Model, nn.Module]] = None) -> SweepResult:
+              model: Optional[Union[Model, nn.Module]] = None,
+              select: Optional[Selection] = None) -> SweepResult:
   """Runs every configuration of a sweep as one vmapped compiled program and writes
   one run folder per configuration plus the comparison (see the module docstring).
 
@@ -228,6 +234,10 @@ def run_sweep(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]] = Non
     model: your own model instead of ``base.model``, shared by every configuration
       (as `fedjax_dp.runs.run`'s ``model``: a `fedjax_dp.models.Model` or a flax
       module); give it again to resume.
+    select: a `fedjax_dp.runs.sweep_select.Selection`: a random number K of trials,
+      each a configuration drawn uniformly from the grid of ``axes`` (root seed
+      ``base.seed + i``); only the best by ``select.metric`` is published, with the
+      selection's epsilon (`fedjax_dp.runs.sweep_best_of`).
 
   Ctrl-C (SIGINT) and SIGTERM let the compiled block in progress finish, with every
   configuration's records and checkpoint; then the sweep stops there and writes each
@@ -244,28 +254,50 @@ def run_sweep(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]] = Non
       separate runs``), configurations whose controllers ask for different blocks
       (rounds, evaluation, data), or whose algorithm prepares different client data
       for them; with ``resume``: no sweep there, or an option that differs from the
-      saved sweep's (naming it); all before anything is trained or written.
+      saved sweep's (naming it); with ``select``: `sweep_best_of.check_best_of`'s
+      refusals and `sweep_best_of.check_score`'s; all before anything is trained.
   """
   t_start = time.perf_counter()
   members: List[session.Member] = []  # their files are closed however the sweep ends
   with GracefulInterrupts() as interrupts:
     try:
-      plan = _plan(base, axes, seeds, data_seed, sweep_chunk, given)
+      plan = _plan(base, axes, seeds, data_seed, sweep_chunk, given, select)
+      drawn = None if select is None else best_of.draw(plan, select)
+      if select is not None and drawn is not None and not drawn["trials"]:
+        return _nothing_selected(plan, select, drawn, t_start)
       writers_lib.check_installed(plan.base.logger)  # before loading data or compiling
-      infos, pop, block_fn, first, resumed_at = _prepare(plan, data, members, model)
-      out = _open_outputs(plan, infos, members, resumed_at)
+      infos, pop, block_fn, first, resumed_at, setup_of = _prepare(
+          plan, data, members, model, None if drawn is None else drawn["trials"])
+      if select is not None and drawn is not None:
+        _account_grid(plan, select, drawn, members, setup_of)
+      out = _open_outputs(plan, infos, members, resumed_at, spec=select is None)
       done = session.execute(members, block_fn, first, population=pop,
                              mesh=members[0].setup.mesh, interrupts=interrupts,
                              t_start=t_start, progress=progress, group=plan.sweep_chunk)
-      return _result(plan, infos, members, done, out, t_start)
+      result = _result(plan, infos, members, done, out, t_start, select, drawn)
     finally:
       session.close(members)
+  return best_of.remove_unchosen(result)  # once every trial's files are closed
+
+
+def _account_grid(plan: SweepPlan, select: Selection, drawn: Dict[str, Any],
+                  members: List[session.Member], setup_of: Callable) -> None:
+  """A best-of selection, before training: its score checked on the first trial
+  (`fedjax_dp.runs.sweep_best_of.check_score`), and every grid configuration's planned
+  privacy in ``drawn["privacy"]`` (the undrawn ones built on the loaded data)."""
+  best_of.check_score(select, members[0])
+  drawn["privacy"] = best_of.grid_privacy(
+      plan, drawn, members, lambda c: build(setup_of(with_default_noise_multiplier(c))))
 
 
 def _plan(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]],
           seeds: Optional[Sequence[int]], data_seed: Optional[int],
-          sweep_chunk: Optional[int], given: Optional[Sequence[str]]) -> SweepPlan:
-  """The sweep's checked configuration (a resumed sweep's saved one)."""
+          sweep_chunk: Optional[int], given: Optional[Sequence[str]],
+          select: Optional[Selection] = None) -> SweepPlan:
+  """The sweep's checked configuration (a resumed sweep's saved one); with ``select``,
+  `fedjax_dp.runs.sweep_best_of.check_best_of`'s refusals first."""
+  if select is not None:
+    best_of.check_best_of(base, axes, seeds)
   if base.resume is not None:
     return sweep_resume.resumed_plan(base, axes, seeds, data_seed, sweep_chunk, given)
   base.validate()
@@ -281,16 +313,20 @@ def _plan(base: RunConfig, axes: Optional[Mapping[str, Sequence[Any]]],
 
 def _prepare(plan: SweepPlan, data: Optional[FederatedData],
              members: List[session.Member],
-             model: Optional[Union[Model, nn.Module]] = None
+             model: Optional[Union[Model, nn.Module]] = None,
+             trials: Optional[Sequence[Tuple[str, Dict[str, Any], RunConfig]]] = None
              ) -> Tuple[List[SweepMember], PopulationData, Callable,
-                        List[Optional[Block]], Optional[int]]:
-  """The sweep's configurations (``infos``), data (loaded once), algorithms (built on
-  the host) and members (appended to ``members``), their first blocks and the
-  one-program proof: ``(infos, population, block_fn, first blocks, resumed round or
-  None)``."""
-  points = configurations(plan.base, plan.axes, plan.seeds, plan.data_seed)
-  infos = [SweepMember(i, member_name(p), p, with_default_noise_multiplier(cfg))
-           for i, (p, cfg) in enumerate(points)]
+                        List[Optional[Block]], Optional[int], Callable]:
+  """The sweep's configurations (``infos``: ``trials``' ``(name, axes, config)`` where
+  given, else the Cartesian product), data (loaded once), algorithms (built on the
+  host) and members (appended to ``members``), their first blocks and the one-program
+  proof: ``(infos, population, block_fn, first blocks, resumed round or None,
+  setup_of)`` (``setup_of(cfg)``: a `Setup` on the loaded data)."""
+  points = trials if trials is not None else [
+      (member_name(p), p, cfg)
+      for p, cfg in configurations(plan.base, plan.axes, plan.seeds, plan.data_seed)]
+  infos = [SweepMember(i, name, p, with_default_noise_multiplier(cfg))
+           for i, (name, p, cfg) in enumerate(points)]
   resumed_at, resumed = None, {}
   if plan.resume is not None:
     resumed_at, resumed = sweep_resume.resume_points(plan.resume, [m.name for m in infos])
@@ -322,7 +358,7 @@ def _prepare(plan: SweepPlan, data: Optional[FederatedData],
   first = [m.controller.next_block(m.done_before, m.planned) for m in members]
   check_blocks(members, first, members[0].done_before)
   block_fn = _one_program(plan, members, first, pop, setup_of)
-  return infos, pop, block_fn, first, resumed_at
+  return infos, pop, block_fn, first, resumed_at, setup_of
 
 
 def _one_program(plan: SweepPlan, members: List[session.Member],
@@ -371,7 +407,8 @@ def _one_program(plan: SweepPlan, members: List[session.Member],
 
 
 def _open_outputs(plan: SweepPlan, infos: List[SweepMember],
-                  members: List[session.Member], resumed_at: Optional[int]) -> Optional[str]:
+                  members: List[session.Member], resumed_at: Optional[int],
+                  spec: bool = True) -> Optional[str]:
   """The sweep's folder (a fresh one, `fresh_sweep_dir`, only now that every check has
   passed; a resumed sweep's own) with its `SPEC_FILE`, and each member's files in
   ``<out>/<name>`` (`fedjax_dp.runs.session.open_outputs`)."""
@@ -379,7 +416,8 @@ def _open_outputs(plan: SweepPlan, infos: List[SweepMember],
   if out and plan.resume is None:
     out = fresh_sweep_dir(out, plan.base.overwrite)
     os.makedirs(out, exist_ok=True)
-    sweep_resume.write_spec(out, plan, [m.name for m in infos])
+    if spec:  # a best-of selection is not resumable (no spec)
+      sweep_resume.write_spec(out, plan, [m.name for m in infos])
   for info, m in zip(infos, members):
     m.summary_extra = {"sweep": {
         "index": info.index, "axes": info.axes, "size": len(members), "folder": out,
@@ -402,9 +440,13 @@ def _open_outputs(plan: SweepPlan, infos: List[SweepMember],
 
 
 def _result(plan: SweepPlan, infos: List[SweepMember], members: List[session.Member],
-            done: session.Session, out: Optional[str], t_start: float) -> SweepResult:
+            done: session.Session, out: Optional[str], t_start: float,
+            select: Optional[Selection] = None,
+            drawn: Optional[Dict[str, Any]] = None) -> SweepResult:
   """The `SweepResult` of the finished (or interrupted) members, and the sweep's own
-  files: partition.png (unless ``dp_metrics_only``), sweep.json, sweep.md, sweep.png."""
+  files: partition.png (unless ``dp_metrics_only``), sweep.json, sweep.md, sweep.png;
+  with ``select``, the selection (`fedjax_dp.runs.sweep_best_of.finish`: only the
+  chosen trial is kept unless ``keep_trials``)."""
   for info, m in zip(infos, members):
     info.state, info.records, info.summary, info.ledger = (m.state, m.records, m.summary,
                                                            m.ledger)
@@ -415,6 +457,8 @@ def _result(plan: SweepPlan, infos: List[SweepMember], members: List[session.Mem
   rows = comparison_rows(infos, list(plan.axes))
   result = SweepResult(infos, rows, out, 0.0, len(done.lockstep.groups), dict(plan.axes),
                        stop)
+  if select is not None and drawn is not None:
+    result.selection = best_of.finish(result, select, drawn, plan.base.delta)
   if out:
     if not any(m.config.dp_metrics_only for m in infos):  # raw label counts
       plots.plot_partition(members[0].setup.data, os.path.join(out, "partition.png"))
@@ -423,4 +467,20 @@ def _result(plan: SweepPlan, infos: List[SweepMember], members: List[session.Mem
   if out:  # the final wall time in sweep.json
     write_comparison(result, plan.axes, plan.seeds, plan.data_seed, plan.sweep_chunk,
                      plot=False)
+  return result
+
+
+def _nothing_selected(plan: SweepPlan, select: Selection, drawn: Dict[str, Any],
+                      t_start: float) -> SweepResult:
+  """K = 0: nothing trained; sweep.json holds the selection alone (in a fresh folder)."""
+  out = plan.base.out
+  result = SweepResult([], [], out, 0.0, 0, dict(plan.axes), None,
+                       best_of.nothing_selected(select, drawn))
+  if out:
+    out = result.out = fresh_sweep_dir(out, plan.base.overwrite)
+    os.makedirs(out, exist_ok=True)
+    outputs.write_atomic(os.path.join(out, "sweep.json"), json.dumps(outputs.json_safe(
+        {"algorithm": plan.base.algorithm, "axes": dict(plan.axes), "configurations": 0,
+         "selection": result.selection}), indent=2))
+  result.wall_time_s = time.perf_counter() - t_start
   return result

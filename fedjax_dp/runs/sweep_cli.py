@@ -34,6 +34,15 @@ sweep options:
                      results are the same, memory and compute grow with K)
   --data-seed N      seed of the data partition shared by all (default: the first seed)
   --resume DIR       continue the interrupted sweep whose --out was DIR
+best-of selection (privately accounted tuning; docs/how-to/sweeps.md):
+  --select best-of   run a random number K of trials, each a configuration drawn
+                     uniformly from the grid, and publish only the best
+  --repetitions-mean MU          E[K] (>= 1)
+  --repetitions-distribution D   poisson (default), logarithmic, negative_binomial
+  --repetitions-shape ETA        the negative binomial's shape (> 0; 1: geometric)
+  --select-metric F  the score (default final_test_accuracy, on the central test set)
+  --selection-seed N seed of the draws of K and of the configurations (default 0)
+  --keep-trials      keep every trial's folder (then all K are published)
 Every option of fedjax-dp run is taken (listed below).
 """
 
@@ -196,19 +205,34 @@ def command(argv: Sequence[str], parse_run_args) -> int:
     plugin = registry.get(flag_value(argv, "--algorithm") or registry.DEFAULT)
     print(run_help(plugin, registry.names(), sweep=True), end="")
     return 0
+  from fedjax_dp.runs.sweep_select import parse_select_args
+  select, argv, select_where = parse_select_args(argv)
   base, axes, seeds, chunk, cli_opts, where = parse_sweep_args(argv, parse_run_args)
+  where = {**where, **select_where}
   from fedjax_dp.federated.sharding import split_host_cpu
   split_host_cpu(base.devices)  # one JAX CPU device per core (before JAX starts)
   try:
     result = run_sweep(base, axes, seeds, sweep_chunk=chunk,
-                       progress=not cli_opts.no_progress, given=list(where))
+                       progress=not cli_opts.no_progress,
+                       given=[w for w in where if w not in select_where], select=select)
   except FedJaxDpError as e:
     hint = f" ({where[e.option]})" if getattr(e, "option", None) in where else ""
     raise FedJaxDpError(f"{e}{hint}", option=getattr(e, "option", None)) from e
+  if select is not None and not result.members:  # K = 0: nothing to show
+    from fedjax_dp.runs.sweep_report import selection_lines
+    print("\n" + "\n".join(selection_lines(result.selection)))
+    return 0
   m0 = result.members[0].summary
-  print(f"\nsweep: {len(result.members)} configurations of {m0['algorithm']} on "
+  count = (f"{result.selection['repetitions']} best-of trials (1 published)"
+           if result.selection and select is not None and not select.keep_trials
+           else f"{len(result.members)} configurations")
+  print(f"\nsweep: {count} of {m0['algorithm']} on "
         f"{m0['dataset']} in {result.wall_time_s:.1f} s ({result.programs} vmapped "
         f"program(s) per block)")
+  if result.selection:
+    from fedjax_dp.runs.sweep_report import selection_lines
+    print("\n".join("  " + line if line else "" for line in
+                    selection_lines(result.selection)))
   print(comparison_table(result.rows, list(result.axes)))
   print("  std: sample standard deviation over the seeds (ddof = 1)")
   if result.out:

@@ -17,6 +17,7 @@ from fedjax_dp.runs.sweep_axes import format_value
 
 __all__ = [
     "comparison_rows", "comparison_table", "write_comparison", "plot_sweep",
+    "selection_lines",
 ]
 
 def _finite_or_none(v: Any) -> Optional[float]:
@@ -114,6 +115,7 @@ def write_comparison(result: Any, axes: Mapping[str, List[Any]],
       "wall_time_s": result.wall_time_s, "interrupted": result.interrupted,
       "std": "sample standard deviation over the seeds (ddof = 1)",
       "rows": result.rows,
+      "selection": getattr(result, "selection", None),
       "members": [{"index": m.index, "name": m.name, "axes": m.axes, "folder": m.name,
                    "final_test_accuracy": m.summary["final_test_accuracy"],
                    "epsilon": m.summary["epsilon"], "rounds": m.summary["rounds"]}
@@ -145,11 +147,17 @@ def _markdown(result: Any, axes: Mapping[str, List[Any]], seeds: Sequence[int],
         "where they differ). Each configuration's folder holds its metrics.jsonl, "
         "summary.json and curves.png; `fedjax-dp run --config <folder>/summary.json` "
         "repeats it alone.", ""]
+  if getattr(result, "selection", None):  # the trials are not a Cartesian product
+    md[2] = (f"{len(members)} trial(s) of a best-of selection over the grid "
+             f"({axes_txt or 'one configuration'}; trial i has root seed {seeds_txt} + i), "
+             f"on one dataset (data seed {data_seed}) in {result.wall_time_s:.1f} s. "
+             "Each trial's folder holds its metrics.jsonl, summary.json and curves.png.")
   stop = result.interrupted
   if stop:
     md += [f"Interrupted ({stop['signal']}) after {stop['rounds_done']} of "
            f"{stop['rounds_planned']} rounds: the table is of the rounds in the newest "
            f"checkpoint; continue with `{stop['resume']}`.", ""]
+  md += selection_lines(getattr(result, "selection", None))
   md += [comparison_table(result.rows, list(axes)), "",
          "| configuration | final test accuracy | epsilon | rounds |", "|---|---|---|---|"]
   for m in members:
@@ -159,6 +167,33 @@ def _markdown(result: Any, axes: Mapping[str, List[Any]], seeds: Sequence[int],
               f"{'inf' if eps is None or not math.isfinite(eps) else f'{eps:.3f}'} | "
               f"{m.summary['rounds']} |")
   return md
+
+
+def selection_lines(sel: Optional[Dict[str, Any]]) -> List[str]:
+  """The lines of a best-of selection (`fedjax_dp.runs.sweep_select.selection_summary`)
+  for sweep.md and the command line; [] without one."""
+  if not sel:
+    return []
+  dist = sel["distribution"] + (f" (shape {sel['shape']:g})" if sel.get("shape") else "")
+  lines = [f"Best-of selection (Papernot and Steinke, ICLR 2022): K = {sel['repetitions']} "
+           f"trials drawn from a {dist} distribution with mean {sel['mean']:g} (seed "
+           f"{sel['seed']}), each a configuration drawn uniformly from the "
+           f"{len(sel.get('grid', []))} of the grid; score {sel['metric']} "
+           f"({'highest' if sel.get('direction', 'max') == 'max' else 'lowest'} wins).", ""]
+  if sel.get("chosen") is not None:
+    lines += [f"Chosen: {sel['chosen']} (configuration {sel['chosen_configuration']}, "
+              f"{sel['metric']} {sel['chosen_score']:.4f}).", ""]
+  eps = sel.get("epsilon_selection_rdp")
+  if eps is not None:
+    own = [t["epsilon_rdp"] for t in sel.get("trials", []) if t.get("epsilon_rdp") is not None]
+    text = (f"Epsilon of the selection (RDP, delta {sel['delta']:g}): {eps:.3f}; each "
+            f"trial's own: {', '.join(f'{e:.3f}' for e in own)}.")
+    if sel.get("epsilon_all_trials_rdp") is not None:
+      text += f" Publishing every trial: {sel['epsilon_all_trials_rdp']:.3f}."
+    lines += [text, ""]
+  if sel.get("note"):
+    lines += [f"Note: {sel['note']}.", ""]
+  return lines
 
 
 def plot_sweep(rows: Sequence[Dict[str, Any]], axis_names: Sequence[str], path: str,
