@@ -53,7 +53,7 @@ the participation schedule to be enforced by the deployment):
 from __future__ import annotations
 
 import functools
-from typing import Literal, Optional, Tuple, Union, get_args
+from typing import Any, Dict, Literal, Optional, Tuple, Union, get_args
 
 import numpy as np
 
@@ -245,7 +245,7 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
     return sharding.replicate(server.init_server_state(
         params, server_opt, mechanism=init_mechanism_state(config, params)), mesh)
 
-  cfg = dict(mechanism=mechanism, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
+  cfg: Dict[str, Any] = dict(mechanism=mechanism, clip_norm=clip_norm, noise_multiplier=noise_multiplier,
              cycle_length=cycle_length, group_rate=group_rate, restart_every=restart_every,
              bands=bands, strategy=strategy if mechanism == "banded" else None,
              group_seed=seed, num_clients=n, sampler=samp.kind, sampling_rate=samp.sampling_rate,
@@ -255,7 +255,7 @@ def dp_ftrl(model, data, *, mechanism: str = "tree", clip_norm: float = 1.0,
              server_optimizer=server_optimizer, server_learning_rate=server_learning_rate)
   if mechanism == "banded":  # C is built for these rounds: a longer run needs another C
     cfg["banded_strategy_rounds"] = rounds
-  if mechanism == "blt":  # optimised for these rounds: a resume must keep the same C
+  if isinstance(noise_gen, BltNoise):  # optimised for these rounds: a resume keeps C
     cfg.update(blt_strategy_rounds=rounds, blt_max_buffers=_blt_max_buffers(buffers),
                blt_buf_decay=list(noise_gen.buf_decay),
                blt_output_scale=list(noise_gen.output_scale))

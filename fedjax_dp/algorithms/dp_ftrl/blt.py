@@ -151,8 +151,8 @@ class BltNoise:
     # keeps float32 buffers without jax_enable_x64 (its float64 BLTs require x64).
     # (numpy arrays: constants of the jitted round, never traced.)
     blt = jp_blt.BufferedToeplitz(
-        buf_decay=np.asarray(self.buf_decay, np.float32).reshape(-1),
-        output_scale=np.asarray(self.output_scale, np.float32).reshape(-1))
+        buf_decay=jnp.asarray(np.asarray(self.buf_decay, np.float32).reshape(-1)),
+        output_scale=jnp.asarray(np.asarray(self.output_scale, np.float32).reshape(-1)))
     return blt.inverse_as_streaming_matrix()
 
   def init(self, params) -> Any:
