@@ -226,7 +226,11 @@ def _delta_hat(sorted_losses: np.ndarray, suffix: np.ndarray, eps: float) -> flo
   i = int(np.searchsorted(sorted_losses, eps, side="right"))
   if i >= n:
     return 0.0
-  return max(0.0, ((n - i) - math.exp(eps) * suffix[i]) / n)
+  # e^eps * sum_{j >= i} e^(-L_j) with every L_j > eps: at most n - i, so computed as
+  # exp(eps + log(suffix)), which cannot overflow for large eps; a suffix that
+  # underflowed to 0 counts as 0 (delta over-estimated: eps only grows, conservative).
+  tail = math.exp(eps + math.log(suffix[i])) if suffix[i] > 0 else 0.0
+  return max(0.0, ((n - i) - tail) / n)
 
 
 def epsilon_from_losses(losses: np.ndarray, delta_hat_max: float) -> float:

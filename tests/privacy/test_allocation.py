@@ -153,3 +153,18 @@ def test_calibration_and_errors():
   with pytest.raises(FedJaxDpError):
     al.allocation_privacy_loss(np.zeros((2, 3)), 1.0, 4)
   assert al.epochs_touched(11, 5) == 3 and al.epochs_touched(10, 5) == 2
+
+
+def test_epsilon_from_losses_survives_huge_losses():
+  """Tiny noise multipliers give privacy losses in the thousands (calibration's
+  bisection visits them): the estimate must stay finite and large, not overflow."""
+  from fedjax_dp.privacy import allocation
+  rng = np.random.default_rng(0)
+  losses = rng.normal(2000.0, 50.0, 10_000)
+  eps = allocation.epsilon_from_losses(losses, 1e-3)
+  assert 1000.0 < eps < 2500.0
+  # the same estimate as the direct mean where nothing overflows
+  small = rng.normal(3.0, 1.0, 10_000)
+  eps_small = allocation.epsilon_from_losses(small, 1e-2)
+  direct = np.mean(np.maximum(0.0, 1.0 - np.exp(eps_small - small)))
+  assert direct == pytest.approx(1e-2, rel=1e-3)
