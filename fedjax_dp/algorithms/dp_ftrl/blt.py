@@ -150,9 +150,9 @@ class BltNoise:
     # float32 parameters: jax-privacy's streaming C^-1 (Alg. 3 of arXiv 2408.08868) then
     # keeps float32 buffers without jax_enable_x64 (its float64 BLTs require x64).
     # (numpy arrays: constants of the jitted round, never traced.)
-    blt = jp_blt.BufferedToeplitz(
-        buf_decay=jnp.asarray(np.asarray(self.buf_decay, np.float32).reshape(-1)),
-        output_scale=jnp.asarray(np.asarray(self.output_scale, np.float32).reshape(-1)))
+    decay: Any = np.asarray(self.buf_decay, np.float32).reshape(-1)  # numpy: constants
+    scale: Any = np.asarray(self.output_scale, np.float32).reshape(-1)
+    blt = jp_blt.BufferedToeplitz(buf_decay=decay, output_scale=scale)
     return blt.inverse_as_streaming_matrix()
 
   def init(self, params) -> Any:
