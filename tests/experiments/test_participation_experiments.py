@@ -17,7 +17,7 @@ def test_quick_run_calibrates_every_scheme_to_the_target(tmp_path):
   runs = {r["kind"]: r for r in json.load(open(out))["runs"]}
   assert set(runs) == {"poisson", "balls_in_bins", "random_allocation", "cyclic_poisson"}
   for kind, r in runs.items():
-    assert 0.97 * 8.0 < r["epsilon"] <= 8.0 + 1e-9, kind
+    assert 0.97 * 8.0 < r["epsilon"] <= 8.0 * (1 + 1e-6), kind  # calibration tolerance
     assert r["accounting_method"].startswith(
         "monte_carlo" if kind in ("balls_in_bins", "random_allocation") else
         ("worst group" if kind == "cyclic_poisson" else "dp_accounting")), kind
