@@ -44,7 +44,16 @@ def print_result(s: Dict[str, Any]) -> None:
 
 #: How the main privacy line names a relation (summary.json ``relation``), per unit.
 _RELATION_WORDS = {"add_remove": "add/remove one", "replace_one": "replace one"}
-_SAMPLER_WORDS = {"poisson": "Poisson sampling", "fixed_size": "fixed-size cohorts"}
+_SAMPLER_WORDS = {"poisson": "Poisson sampling", "fixed_size": "fixed-size cohorts",
+                  "balls_in_bins": "balls-in-bins participation",
+                  "random_allocation": "random allocation",
+                  "cyclic_poisson": "cyclic Poisson sampling"}
+
+
+def _monte_carlo(s: Dict[str, Any]) -> bool:
+  """Whether summary ``s``'s epsilon comes from the Monte Carlo accountant (both
+  accountant names then report its number)."""
+  return str(s.get("accounting_method") or "").startswith("monte_carlo")
 
 
 def _g(value: float) -> str:
@@ -71,6 +80,9 @@ def privacy_line(s: Dict[str, Any]) -> str:
     parts.append(f"{relation} {noun}")
   if _SAMPLER_WORDS.get(s.get("sampler") or ""):
     parts.append(_SAMPLER_WORDS[s["sampler"]])
+  if _monte_carlo(s):
+    return (f"{', '.join(parts)}; accountant: Monte Carlo (holds with probability >= "
+            f"{s.get('mc_confidence', float('nan')):g})")
   return f"{', '.join(parts)}; accountant: {str(s['accountant']).upper()}"
 
 
@@ -79,7 +91,9 @@ def privacy_detail(s: Dict[str, Any]) -> str:
   truncation adds to it), the noise multiplier, clip norm and sampling rate."""
   pld = "n/a" if s["epsilon_pld"] is None else eps_text(s["epsilon_pld"])
   rdp = "n/a" if s["epsilon_rdp"] is None else eps_text(s["epsilon_rdp"])
-  out = [f"RDP {rdp}, PLD {pld}"]
+  out = ([f"Monte Carlo {rdp} (an upper confidence bound from {s.get('mc_samples')} "
+          "draws per direction; no RDP or PLD curve exists for this sampler)"]
+         if _monte_carlo(s) else [f"RDP {rdp}, PLD {pld}"])
   if s.get("delta_total") not in (None, s["delta"]):
     out.append(f"delta {_g(s['delta_total'])} = {_g(s['delta'])} (accountant) + "
                f"{_g(s['delta_total'] - s['delta'])} (cohort truncation)")

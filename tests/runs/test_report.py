@@ -35,6 +35,18 @@ def test_truncation_delta_is_split_on_the_second_line():
       report.privacy_detail(s)
 
 
+def test_monte_carlo_accounting_is_named_not_called_rdp():
+  s = dict(PRIVATE, sampler="balls_in_bins", epsilon_pld=3.1154, mc_samples=200000,
+           mc_confidence=0.999, accounting_method="monte_carlo: random allocation ...")
+  line = report.privacy_line(s)
+  assert "balls-in-bins participation" in line and "RDP" not in line
+  assert line.endswith("accountant: Monte Carlo (holds with probability >= 0.999)")
+  detail = report.privacy_detail(s)
+  assert detail.startswith("Monte Carlo 3.115 (an upper confidence bound from 200000 draws")
+  assert "PLD 3" not in detail
+  assert "accountant: RDP" in report.privacy_line(dict(PRIVATE, sampler="cyclic_poisson"))
+
+
 def test_print_privacy_lines_fit(capsys):
   report.print_privacy(dict(PRIVATE, algorithm="dp_fedavg"))
   lines = capsys.readouterr().out.splitlines()
