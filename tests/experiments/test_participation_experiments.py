@@ -15,7 +15,11 @@ def test_quick_run_calibrates_every_scheme_to_the_target(tmp_path):
   out = tmp_path / "compare.json"
   mod.main(["--quick", "--out", str(out)])
   runs = {r["kind"]: r for r in json.load(open(out))["runs"]}
-  assert set(runs) == {"poisson", "balls_in_bins", "random_allocation", "cyclic_poisson"}
+  assert set(runs) == {"poisson", "poisson_pld", "balls_in_bins", "random_allocation",
+                       "cyclic_poisson"}
+  assert runs["poisson_pld"]["accounting_method"] == "dp_accounting pld"
+  # the tighter accountant needs less noise for the same epsilon
+  assert runs["poisson_pld"]["noise_multiplier"] < runs["poisson"]["noise_multiplier"]
   for kind, r in runs.items():
     assert 0.97 * 8.0 < r["epsilon"] <= 8.0 * (1 + 1e-6), kind  # calibration tolerance
     assert r["accounting_method"].startswith(
