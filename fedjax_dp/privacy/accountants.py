@@ -87,9 +87,9 @@ DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL = 1e-4
 
 
 class UnsupportedAccountingError(FedJaxDpError):
-  """The requested accountant cannot account for the requested events (kept for
-  callers' ``except`` clauses: both accountants now support every event this
-  library builds, sampling without replacement included)."""
+  """The requested accountant cannot account for the requested events: PLD for a
+  secure sum's rounds, whose events are zCDP bounds
+  (`fedjax_dp.privacy.ledger.PrivacyLedger.supports`)."""
 
 
 # ---------------------------------------------------------------------------
@@ -444,6 +444,20 @@ class PldHistory:
     return eps
 
 
+class _VisibleRdpAccountant(dp_rdp.RdpAccountant):
+  """dp_accounting's `RdpAccountant` that also composes our
+  `VisibleParticipationDpEvent` (`visible_participation_rdp`), wherever it occurs in a
+  composition: what calibration needs for visible-participation rounds."""
+
+  def _maybe_compose(self, event, count, do_compose):
+    if isinstance(event, VisibleParticipationDpEvent):
+      if do_compose:
+        orders = tuple(float(a) for a in self._orders)
+        self._rdp += count * _rdp_vector(event, orders, self._neighboring_relation)
+      return None
+    return super()._maybe_compose(event, count, do_compose)
+
+
 def _make_accountant(accountant: str, relation: NeighborRel,
                      orders: Optional[Sequence[float]],
                      pld_value_discretization_interval: float
@@ -451,7 +465,7 @@ def _make_accountant(accountant: str, relation: NeighborRel,
   """A fresh accountant. PLD: `PldAccountant` (shift semantics whatever ``relation``:
   sampling without replacement is handled by its dominating pair)."""
   if accountant == "rdp":
-    return dp_rdp.RdpAccountant(None if orders is None else list(orders), relation)
+    return _VisibleRdpAccountant(None if orders is None else list(orders), relation)
   return PldAccountant(pld_value_discretization_interval)
 
 

@@ -67,3 +67,22 @@ def test_calibration_rejects_bad_inputs(name, value):
   kwargs = dict(GOOD, **{name: value})
   with pytest.raises(FedJaxDpError, match=name):
     calibration.calibrate_noise_multiplier(**kwargs)
+
+
+def test_calibration_composes_visible_participation_under_rdp():
+  """Rounds whose participation the server sees (local noise, secure sums) are
+  `VisibleParticipationDpEvent`s: the RDP calibration composes them (it used to raise
+  dp_accounting's UnsupportedEventError), and the z it finds spends the target."""
+  import dp_accounting
+  from fedjax_dp.privacy import accountants, calibration, events
+
+  def run_event(z):
+    return dp_accounting.SelfComposedDpEvent(
+        events.make_dp_event(z, 0.3, observation="attributable", sampler="poisson"), 20)
+
+  z = calibration.calibrate(run_event, 4.0, 1e-5, "rdp")
+  assert accountants.event_epsilon(run_event(z), 1e-5, "rdp") == pytest.approx(4.0, rel=1e-3)
+  # Visible participation costs more than hidden (amplified) sampling at the same q.
+  hidden = calibration.calibrate(lambda z_: dp_accounting.SelfComposedDpEvent(
+      events.make_dp_event(z_, 0.3), 20), 4.0, 1e-5, "rdp")
+  assert z > hidden
