@@ -41,6 +41,8 @@ import jax.flatten_util
 import jax.numpy as jnp
 
 from fedjax_dp.federated import aggregation, chunking, keys as keylib, sharding
+from fedjax_dp.federated import secure_aggregation
+from fedjax_dp.federated.cohort_loop import sum_over_cohort
 from fedjax_dp.federated.population import PooledPopulation, gather_clients
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, RoundMetrics,
                                        check_sampling_rate, round_relation)
@@ -167,6 +169,8 @@ def _calibrate(config: RoundConfig, relation: str, hp, data, ids) -> _Calibratio
     std_all = z * clip_norm * config.noise_scale  # noise_scale: a larger noise cohort's
   if config.noise == "none":
     std_all = jnp.zeros_like(std_all)
+  if config.distributed:  # the slots carry each client's integer noise std
+    std_all = secure_aggregation.local_stddev(config.secure_aggregation, z, clip_norm)
   client_z = None
   if std_all.ndim == 1:  # per population client: each is accounted with its own
     std_clients = std_all[ids]
@@ -184,6 +188,13 @@ def _clip_and_noise(config: RoundConfig, client: ClientStage, uploads, broadcast
   weighted sum. Returns ``(summed, uploads as the server receives them, norms,
   finite)``."""
   clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
+  if config.distributed:  # each client encodes; the chunk's uploads add mod 2^32
+    sa = config.secure_aggregation
+    uploads, norms, finite = clipping.clip_per_client(uploads, clip_norm)
+    flat = jax.vmap(lambda u: jax.flatten_util.ravel_pytree(u)[0])(uploads)
+    alive = secure_aggregation.survivors(sa, rkey, cid, cw > 0)
+    enc = secure_aggregation.encode_chunk(sa, flat, rkey, cid, alive, jnp.max(cstd))
+    return enc, uploads, norms, finite
   if config.clip_updates and not config.local_noise:
     # The fused hot path: two passes over the chunk's uploads.
     summed, norms, finite = aggregation.clipped_weighted_sum(uploads, cw, clip_norm)
@@ -245,9 +256,10 @@ def _device_partial(client: ClientStage, config: RoundConfig, upload_like, chunk
   izero = jnp.zeros((), jnp.int32)
   size = sum(l.size for l in jax.tree_util.tree_leaves(upload_like))
   observed0 = () if config.observed_client is None else jnp.zeros(size, jnp.float32)
-  init = _Partial(jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, jnp.float32),
-                                         upload_like),
-                  zero, zero, zero, izero, zero, zero, izero, observed0)
+  total0 = (secure_aggregation.zero_sum(config.secure_aggregation) if config.distributed
+            else jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, jnp.float32),
+                                        upload_like))
+  init = _Partial(total0, zero, zero, zero, izero, zero, zero, izero, observed0)
   part, (norms, states) = jax.lax.scan(
       one_chunk, init, tuple(per_chunk(a) for a in (ids, mask, counts, weights, std_clients)))
   states = jax.tree_util.tree_map(lambda a: a.reshape((-1,) + a.shape[2:]), states)
@@ -264,10 +276,18 @@ def _reduce(partial: Callable, mesh, args, slots):
   def sharded(*a):
     part, max_norm, states = partial(*a)
     # The round's one cross-device reduction: the upload sum and the metric sums travel
-    # as one flat float32 vector (plus a scalar max for the metrics).
+    # as one flat float32 vector (plus a scalar max for the metrics). A secure sum's
+    # uint32 total travels on its own (wrapping integer addition, not float).
+    secure = isinstance(part.total, secure_aggregation.EncodedSum)
+    total = part.total.total if secure else None
+    if secure:
+      part = part._replace(total=part.total._replace(total=jnp.zeros((0,), jnp.float32)))
     flat, unravel = jax.flatten_util.ravel_pytree(part)
-    return (unravel(jax.lax.psum(flat, sharding.CLIENTS_AXIS)),
-            jax.lax.pmax(max_norm, sharding.CLIENTS_AXIS), states)
+    part = unravel(jax.lax.psum(flat, sharding.CLIENTS_AXIS))
+    if secure:
+      part = part._replace(total=part.total._replace(
+          total=jax.lax.psum(total, sharding.CLIENTS_AXIS)))
+    return part, jax.lax.pmax(max_norm, sharding.CLIENTS_AXIS), states
 
   # check_vma=False: the replicated global model becomes per-device inside the
   # client's own lax.scan, which the varying-axes type check would reject. Updated
@@ -275,56 +295,6 @@ def _reduce(partial: Callable, mesh, args, slots):
   return jax.shard_map(
       sharded, mesh=mesh, in_specs=(P(),) * len(args) + (P(sharding.CLIENTS_AXIS),) * 5,
       out_specs=(P(), P(), P(sharding.CLIENTS_AXIS)), check_vma=False)(*args, *slots)
-
-
-def sum_over_cohort(chunk_fn: Callable, args, slots, *, chunk_size: int,
-                    mesh: Optional[jax.sharding.Mesh] = None):
-  """The engine's client loop for a round that needs its own code: ``lax.scan`` over
-  chunks of the cohort's slots on every device of ``mesh`` (``shard_map``), with one
-  ``psum`` of the running sums and one ``pmax`` of the running maxima.
-
-  Args:
-    chunk_fn: ``chunk_fn(*args, *chunk_slots) -> (sums, maxes)`` for one chunk: two
-      pytrees of arrays (float or int), summed (``sums``) and max-reduced (``maxes``,
-      non-negative values: the running maxima start at 0) over the chunks and devices.
-    args: a tuple of replicated arguments (the model, the population, the
-      hyper-parameters, keys).
-    slots: a tuple of ``[S]`` arrays, one entry per cohort slot (client ids, weights,
-      masks), ``S`` a multiple of ``chunk_size`` times the mesh size
-      (`fedjax_dp.federated.chunking.chunk_layout`'s ``padded_size``).
-    chunk_size: clients per chunk (static).
-    mesh: a mesh with a ``"clients"`` axis, or None for one device.
-
-  Returns:
-    ``(sums, maxes)`` over all slots (the same structure as ``chunk_fn``'s).
-  """
-  def device(*a):
-    dev_args, dev_slots = a[:len(args)], a[len(args):]
-    per_chunk = lambda v: v.reshape((-1, chunk_size) + v.shape[1:])
-    first = jax.eval_shape(chunk_fn, *dev_args, *(v[:chunk_size] for v in dev_slots))
-    init = jax.tree_util.tree_map(lambda l: jnp.zeros(l.shape, l.dtype), first)
-
-    def body(acc, xs):
-      sums, maxes = chunk_fn(*dev_args, *xs)
-      return (jax.tree_util.tree_map(jnp.add, acc[0], sums),
-              jax.tree_util.tree_map(jnp.maximum, acc[1], maxes)), None
-
-    out, _ = jax.lax.scan(body, init, tuple(per_chunk(v) for v in dev_slots))
-    return out
-
-  if mesh is None:
-    return device(*args, *slots)
-  P = jax.sharding.PartitionSpec
-
-  def sharded(*a):
-    sums, maxes = device(*a)
-    flat, unravel = jax.flatten_util.ravel_pytree(sums)
-    return (unravel(jax.lax.psum(flat, sharding.CLIENTS_AXIS)),
-            jax.tree_util.tree_map(lambda m: jax.lax.pmax(m, sharding.CLIENTS_AXIS), maxes))
-
-  return jax.shard_map(sharded, mesh=mesh,
-                       in_specs=(P(),) * len(args) + (P(sharding.CLIENTS_AXIS),) * len(slots),
-                       out_specs=(P(), P()), check_vma=False)(*args, *slots)
 
 
 def _scatter_states(clients, slot_ids, slot_mask, states):
@@ -373,6 +343,23 @@ def _central_stages(config: RoundConfig, state, hp, rkey, part, cal: _Calibratio
   return total, mechanism, extras, server_std
 
 
+def _secure_sum_stage(config: RoundConfig, part, rkey, upload_like, cal: _Calibration):
+  """Step 5 of a distributed round: the server decodes the secure sum; the event is the
+  sum's (its Gaussian-equivalent noise multiplier ``1 / sqrt(2 rho)`` with the noise of
+  the clients that survived). Returns ``(total, extras, (z, std, Delta))``."""
+  sa = config.secure_aggregation
+  enc = part.total
+  flat_like, unravel = jax.flatten_util.ravel_pytree(jax.tree_util.tree_map(
+      lambda l: jnp.zeros(l.shape, l.dtype), upload_like))  # (abstract shapes)
+  total = unravel(secure_aggregation.decode(sa, enc.total, rkey, flat_like.shape[0]))
+  sigma = jnp.max(cal.std_clients)
+  rho = secure_aggregation.round_rho(sa, sigma, enc.survivors)
+  z_event = jnp.where(jnp.isfinite(rho) & (rho > 0), 1.0 / jnp.sqrt(2.0 * rho), 0.0)
+  event = (z_event, jnp.sqrt(enc.survivors) * sigma * sa.granularity,
+           jnp.asarray(sa.sensitivity_factor * sa.l2_bound * sa.granularity, jnp.float32))
+  return total, secure_aggregation.diagnostics(sa, enc, sigma, rho), event
+
+
 def default_metrics(rounds_done, **fields) -> RoundMetrics:
   """A `RoundMetrics` with the engine's defaults (zeros: no clipping, no noise, no
   release, nothing sampled) for every field not given, for a round that really needs
@@ -403,7 +390,7 @@ def default_metrics(rounds_done, **fields) -> RoundMetrics:
 
 
 def _round_metrics(config, state, hp, co, part, max_norm, cal, aggregate, server_std,
-                   extras) -> RoundMetrics:
+                   extras, event=None) -> RoundMetrics:
   """Step 7: the round's metrics; the event fields describe the release that ran."""
   n_part = jnp.sum(co.mask.astype(jnp.float32))
   safe = jnp.maximum(n_part, 1.0)
@@ -415,6 +402,8 @@ def _round_metrics(config, state, hp, co, part, max_norm, cal, aggregate, server
   z_event = jnp.where(std_event > 0, std_event / delta_event, 0.0)
   if config.adaptive_clip is not None:  # the combined release (sum and count)
     z_event = jnp.where(cal.z_combined > 0, cal.z_combined, 0.0)
+  if event is not None:  # a secure sum's (`_secure_sum_stage`)
+    z_event, std_event, delta_event = event
   return RoundMetrics(
       round=state.round + 1, train_loss=part.loss / safe,
       num_clients=n_part.astype(jnp.int32), num_sampled=co.cohort.num_sampled,
@@ -494,11 +483,18 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
     clients = _scatter_states(state.clients, slots[0], slots[1], slot_states)
 
     clip_norm = jnp.asarray(hp.clip_norm, jnp.float32)
-    total, mechanism, extras, server_std = _central_stages(config, state, hp, rkey, part,
-                                                           cal, co, clip_norm)
+    event = None
+    if config.distributed:
+      total, extras, event = _secure_sum_stage(config, part, rkey, upload_like, cal)
+      mechanism, server_std = state.mechanism, jnp.zeros(())
+    else:
+      total, mechanism, extras, server_std = _central_stages(config, state, hp, rkey,
+                                                             part, cal, co, clip_norm)
     if config.denominator == "expected":
       assert config.population_weight is not None  # RoundConfig requires it
       denom = jnp.asarray(hp.sampling_rate, jnp.float32) * config.population_weight
+      if config.distributed:  # the expected survivors' weight
+        denom = denom * (1.0 - config.secure_aggregation.dropout_rate)
     else:
       denom = jnp.maximum(part.weight_sum, 1e-12)
     aggregate = jax.tree_util.tree_map(lambda t, u: (t / denom).astype(u.dtype), total,
@@ -506,7 +502,7 @@ def make_engine_round(client: ClientStage, sampler, server: ServerStage,
     new_state = server.apply(state, aggregate, hp)._replace(mechanism=mechanism,
                                                             clients=clients)
     metrics = _round_metrics(config, state, hp, co, part, max_norm, cal, aggregate,
-                             server_std, extras)
+                             server_std, extras, event)
     return new_state, metrics
 
   # Read by `fedjax_dp.federated.driver.run_rounds` (its host-side sampling rate check).

@@ -19,6 +19,10 @@ LOCAL_NOISE = 3
 EVAL = 4
 SERVER = 5
 CLIP_COUNT = 6
+SECAGG_ROTATION = 7  # public: the round's shared rotation
+SECAGG_ROUNDING = 8
+SECAGG_NOISE = 9
+DROPOUT = 10
 
 
 def round_key(root: jax.Array, round_index) -> jax.Array:

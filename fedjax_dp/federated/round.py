@@ -57,7 +57,7 @@ from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_p
 
 PyTree = Any
 
-NOISE_MODES = ("none", "central", "local", "local_and_central")
+NOISE_MODES = ("none", "central", "local", "local_and_central", "distributed")
 WEIGHTINGS = ("uniform", "data_size", "custom")
 DENOMINATORS = ("expected", "actual")
 
@@ -240,6 +240,12 @@ class RoundConfig:
       (``noise_stddev = s z C``), so its ledger accounts this run's own, weaker,
       guarantee; what the K' deployment would have is the algorithm's to report. Needs
       ``noise="central"`` and no ``adaptive_clip``.
+    secure_aggregation: with ``noise="distributed"`` (and only then), a
+      `fedjax_dp.federated.secure_aggregation.SecureAggregation`: every client encodes
+      its clipped upload (scale, random rotation, conditional rounding, integer noise,
+      mod 2^b) and the server receives only the modular sum of the surviving uploads
+      (distributed DP with secure aggregation; Kairouz, Liu, Steinke 2021; Agarwal,
+      Kairouz, Liu 2021). Needs clipping, uniform weights and the expected denominator.
   """
   clip_updates: bool = True
   noise: str = "central"
@@ -255,8 +261,10 @@ class RoundConfig:
   central_noise: Any = None
   observed_client: Optional[int] = None
   noise_scale: float = 1.0
+  secure_aggregation: Any = None
 
   def __post_init__(self):
+    _check_distributed(self)
     check_positive("noise_scale", self.noise_scale)
     if self.noise_scale > 1.0:
       raise FedJaxDpError(f"noise_scale must be in (0, 1] (a larger noise cohort's noise "
@@ -298,9 +306,41 @@ class RoundConfig:
       check_positive("population_weight", self.population_weight)
 
   @property
+  def distributed(self) -> bool:
+    """Whether clients noise integer uploads that the server sees only as a secure sum."""
+    return self.noise == "distributed"
+
+  @property
   def local_noise(self) -> bool:
     """Whether each client adds its own noise to its upload."""
     return self.noise in ("local", "local_and_central")
+
+
+def _check_distributed(config: RoundConfig) -> None:
+  """Distributed noise needs its `SecureAggregation` and the plain pipeline around it.
+
+  Raises:
+    FedJaxDpError: naming ``secure_aggregation``.
+  """
+  if (config.noise == "distributed") != (config.secure_aggregation is not None):
+    raise FedJaxDpError("RoundConfig(noise='distributed') and secure_aggregation go "
+                        f"together, got noise={config.noise!r} with secure_aggregation="
+                        f"{config.secure_aggregation!r}.", option="secure_aggregation")
+  if config.noise != "distributed":
+    return
+  bad = [name for name, ok in (
+      ("clip_updates=True", config.clip_updates), ("weighting='uniform'",
+                                                    config.weighting == "uniform"),
+      ("denominator='expected'", config.denominator == "expected"),
+      ("no adaptive_clip", config.adaptive_clip is None),
+      ("no central_noise", config.central_noise is None),
+      ("no observed_client", config.observed_client is None),
+      ("noise_scale=1", config.noise_scale == 1.0),
+      ("record_level=False", not config.record_level)) if not ok]
+  if bad:
+    raise FedJaxDpError("noise='distributed' (a secure sum of integer uploads, each "
+                        "noised on its device) needs " + ", ".join(bad) + ".",
+                        option="secure_aggregation")
 
 
 def round_relation(sampler, config: RoundConfig) -> str:
@@ -310,8 +350,9 @@ def round_relation(sampler, config: RoundConfig) -> str:
   * record-level (local DP-SGD): ``"add_remove"`` of one record;
   * fixed-size cohorts: ``"replace_one"`` (what sampling without replacement needs);
   * Poisson cohorts with central noise: ``"add_remove"`` of one user;
-  * Poisson cohorts whose clients add their own noise: ``"zero_out"``: a user whose
-    data is replaced by a null dataset still takes part and still adds noise. Under
+  * Poisson cohorts whose clients add their own noise (local or distributed):
+    ``"zero_out"``: a user whose data is replaced by a null dataset still takes part
+    and still adds noise. Under
     add/remove the absent user's upload would be missing too, and the server sees who
     uploads (`round_observation`), which no Gaussian DpEvent covers.
   """
@@ -319,7 +360,7 @@ def round_relation(sampler, config: RoundConfig) -> str:
     return "add_remove"
   if sampler.kind == "fixed_size":
     return "replace_one"
-  return "zero_out" if config.local_noise else "add_remove"
+  return "zero_out" if config.local_noise or config.distributed else "add_remove"
 
 
 def round_observation(config: RoundConfig) -> str:
@@ -330,11 +371,16 @@ def round_observation(config: RoundConfig) -> str:
     record level through the model upload): the server receives each upload from its
     sender, so whether a unit took part is visible and the cohort's sampling gives no
     amplification (the ledger composes `VisibleParticipationDpEvent`s: exact);
+  * ``"secure_sum"`` with distributed noise: the modular sum of the surviving uploads
+    and who took part in the secure aggregation (visible participation, no
+    amplification: `fedjax_dp.privacy.events`);
   * ``"aggregate"`` otherwise: central noise on the cohort's sum (who was sampled stays
     hidden), and record-level local DP-SGD, whose record sampling the client's upload
     hides (the client's own participation is visible and not claimed: its steps are
     accounted in every round).
   """
+  if config.distributed:
+    return "secure_sum"
   return "attributable" if config.local_noise and not config.record_level else "aggregate"
 
 

@@ -54,6 +54,14 @@ threat model), and a release's DpEvent depends on what it sees (`OBSERVATIONS`):
   component observed). Under add/remove a visible participation of a unit absent from
   the neighbour is distinguishable with certainty, so user-level attributable releases
   need zero-out (Poisson) or replace-one (fixed size) (`check_observation`).
+* ``"secure_sum"``: the secure (modular) sum of the cohort's uploads, each noised on
+  its device (distributed DP with secure aggregation,
+  `fedjax_dp.federated.secure_aggregation`), and who took part in the protocol: a
+  secure-aggregation server knows its participants, so participation is visible and a
+  round is the same `VisibleParticipationDpEvent` as ``"attributable"``; the inner
+  release is the sum's (its noise is every survivor's), reported as a Gaussian-
+  equivalent noise multiplier ``1 / sqrt(2 rho)`` of the sum's zCDP bound and accounted
+  under RDP only (`fedjax_dp.privacy.ledger.PrivacyLedger.supports`).
 * ``"public"``: values computed from public data only (a public seed's schedule, the
   configuration): `NoOpDpEvent`.
 
@@ -79,7 +87,7 @@ from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
 
 __all__ = [
     "SAMPLERS", "PRIVACY_UNITS", "RELATIONS", "OBSERVATIONS", "NeighborRel", "Truncation",
-    "VisibleParticipationDpEvent", "default_relation", "neighboring_relation",
+    "VisibleParticipationDpEvent", "VISIBLE_PARTICIPATION", "default_relation", "neighboring_relation",
     "check_observation", "observation_text", "make_dp_event", "has_visible_participation", "dp_accounting_relation",
     "SCHEDULED_SAMPLERS", "ALLOCATION_SAMPLERS", "Schedule",
     "truncation_delta",
@@ -105,7 +113,7 @@ _SAMPLER_RELATIONS = {"poisson": ("add_remove", "zero_out"), "fixed_size": ("rep
 
 #: What the server (the adversary of the guarantee) observes of a release (module
 #: docstring): the aggregate only, each upload with its sender, or public values only.
-OBSERVATIONS = ("aggregate", "attributable", "public")
+OBSERVATIONS = ("aggregate", "attributable", "secure_sum", "public")
 _OBSERVATION_TEXT = {
     "aggregate": "only noisy aggregates (the cohort's noisy sum, or a client's upload "
                  "after noisy DP-SGD steps): which units were sampled stays hidden, so "
@@ -113,8 +121,16 @@ _OBSERVATION_TEXT = {
     "attributable": "each upload with its sender (participation is visible: no "
                     "amplification by sampling; a round costs nothing to a unit that "
                     "did not take part)",
+    "secure_sum": "only the secure (modular) sum of the cohort's noised uploads and who "
+                  "took part in the secure aggregation (participation is visible: no "
+                  "amplification by sampling; a round costs nothing to a unit that did "
+                  "not take part)",
     "public": "only values computed from public data (no privacy cost)",
 }
+
+#: The observations under which a unit's participation is visible to the server (no
+#: amplification by sampling: `VisibleParticipationDpEvent`).
+VISIBLE_PARTICIPATION = ("attributable", "secure_sum")
 
 # Relative tolerance when matching a (float32) sampling rate to cohort/population.
 _COHORT_RATE_RTOL = 1e-6
@@ -161,9 +177,9 @@ def check_observation(observation: Any, sampler: str = "poisson",
   observation = check_choice("observation", observation, OBSERVATIONS)
   relation = _check_pairing(sampler, relation)
   unit = None if privacy_unit is None else _check_privacy_unit(privacy_unit)
-  if observation == "attributable" and relation == "add_remove" and unit != "record":
+  if observation in VISIBLE_PARTICIPATION and relation == "add_remove" and unit != "record":
     raise FedJaxDpError(
-        "observation='attributable' (each upload seen with its sender) cannot be "
+        f"observation={observation!r} (participation visible to the server) cannot be "
         "accounted under neighboring_relation='add_remove' at user level: a user present "
         "in one dataset only is seen uploading in one world and never in the other. "
         "Use 'zero_out' (Poisson) or 'replace_one' (fixed size).", option="observation")
@@ -386,7 +402,7 @@ def _build_event(z: float, q: float, steps: int, sampler: str,
   if z == 0.0:
     return dp_accounting.NonPrivateDpEvent()
   gaussian = dp_accounting.GaussianDpEvent(z)
-  if observation == "attributable":
+  if observation in VISIBLE_PARTICIPATION:
     # Participation is visible: no amplification; the round's releases happen only in
     # the rounds the unit takes part in (probability q, m / n for fixed size).
     inner = gaussian if steps == 1 else dp_accounting.SelfComposedDpEvent(gaussian, steps)
@@ -437,7 +453,8 @@ def make_dp_event(noise_multiplier: float, sampling_rate: Optional[float] = None
   visible): `VisibleParticipationDpEvent(q, GaussianDpEvent(z))` (``q = m / n`` for fixed
   size; the plain Gaussian when ``q == 1``), with ``SelfComposedDpEvent(Gaussian, steps)``
   inside for ``steps > 1`` (the unit's round is all or nothing). Exact, no amplification
-  (`VisibleParticipationDpEvent`).
+  (`VisibleParticipationDpEvent`). ``observation="secure_sum"`` gives the same events
+  (participation visible to the secure-aggregation server).
 
   ``observation="public"``: `NoOpDpEvent` (nothing private is released).
 

@@ -36,6 +36,7 @@ import numpy as np
 
 # `_log`: the ledger logs its non-convergence summary on the accountants' logger.
 from fedjax_dp.privacy.accountants import (ACCOUNTANTS, PldHistory,
+                                           UnsupportedAccountingError,
                                            DEFAULT_PLD_VALUE_DISCRETIZATION_INTERVAL,
                                            _check_orders, _check_pld_interval, _log,
                                            _make_accountant, _nonconvergence_message,
@@ -244,7 +245,10 @@ class PrivacyLedger:
       FedJaxDpError: an unknown accountant.
     """
     check_choice("accountant", accountant, ACCOUNTANTS)
-    return True
+    # A secure sum's round is reported as the Gaussian-equivalent noise multiplier of
+    # its zCDP bound (discrete Gaussian / Skellam sums): an RDP statement, which does
+    # not imply the Gaussian's privacy loss distribution.
+    return not (accountant == "pld" and self._observation == "secure_sum")
 
   def unit_epsilons(self, accountant: str = "rdp") -> None:
     """None: the ledger is one protected unit's composition (`Ledger`).
@@ -543,11 +547,16 @@ class PrivacyLedger:
 
     Raises:
       FedJaxDpError: invalid ``delta`` / ``accountant``.
+      UnsupportedAccountingError: ``"pld"`` for a secure sum's rounds (`supports`).
     """
     delta = self._delta if delta is None else check_delta(delta)
     check_choice("accountant", accountant, ACCOUNTANTS)
     if accountant == "rdp":
       return self._rdp_epsilon(delta)
+    if not self.supports(accountant):
+      raise UnsupportedAccountingError(
+          "the rounds of a secure sum are zCDP bounds (observation 'secure_sum'): they "
+          "have no PLD; use accountant='rdp'.", option="accountant")
     return self._pld_epsilon(delta)
 
   def summary(self, accountant: str = "rdp", delta: Optional[float] = None

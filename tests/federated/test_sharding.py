@@ -80,6 +80,18 @@ def _check():
   report["local_param_diff_4"] = diff(outs[0][0].params, outs[1][0].params)
   report["local_loss_diff_4"] = abs(float(outs[0][1].train_loss - outs[1][1].train_loss))
 
+  # Distributed DP: the uint32 secure sum is exact, so 1 and 4 devices agree exactly on
+  # the decoded aggregate (the same per-client keys and integers, any summation order).
+  from fedjax_dp.algorithms.dp_fedavg.distributed import DistributedDp
+  secure = []
+  for mesh in (None, client_mesh()):
+    alg = dp_fedavg(model, fd, mesh=mesh, noise_placement="distributed",
+                    distributed=DistributedDp(bits=14, dropout_rate=0.2), **kw)
+    secure.append(jax.jit(alg.round_fn)(alg.init(jax.random.key(0)), data, alg.hparams,
+                                        jax.random.key(5)))
+  report["secure_param_diff_4"] = diff(secure[0][0].params, secure[1][0].params)
+  report["secure_survivors"] = [float(s[1].extras["secagg_survivors"]) for s in secure]
+
   # One model-sized cross-device reduction per round (plus one scalar max).
   alg = dp_fedavg(model, fd, mesh=client_mesh(), **kw)
   text = jax.jit(alg.round_fn).lower(alg.init(jax.random.key(0)), data, alg.hparams,
@@ -105,6 +117,8 @@ def test_sharded_rounds_equal_single_device():
   assert rep["local_param_diff_4"] < 1e-5, rep
   assert rep["local_loss_diff_4"] < 1e-5, rep
   assert rep["all_reduce_ops"] == 2, rep
+  assert rep["secure_param_diff_4"] < 1e-6, rep
+  assert rep["secure_survivors"][0] == rep["secure_survivors"][1] > 0, rep
 
 
 def test_mesh_helpers():
