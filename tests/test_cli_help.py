@@ -54,7 +54,8 @@ def test_sweep_help_is_concise(capsys, monkeypatch):
   monkeypatch.setenv("COLUMNS", "100")
   assert cli.main(["sweep", "--help"]) == 0
   out = capsys.readouterr().out
-  assert len(out.splitlines()) < 120 and "--seeds" in out and "--noise-multiplier" in out
+  # (120 lines until distributed DP's five options: one line each, plus two wraps.)
+  assert len(out.splitlines()) < 130 and "--seeds" in out and "--noise-multiplier" in out
   assert "usage: fedjax-dp run" not in out
 
 

@@ -79,4 +79,5 @@ def require_learning_rates(round_fn: Callable) -> Callable:
             "alg.hparams and change fields with ._replace(...).")
     return round_fn(state, data, hp, root_key)
 
+  checked.__wrapped__ = round_fn  # type: ignore[attr-defined]  # (its config, sampler)
   return checked

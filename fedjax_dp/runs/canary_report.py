@@ -20,7 +20,7 @@ import numpy as np
 
 from fedjax_dp.privacy import disclosure
 
-__all__ = ["LABELS", "ATTRIBUTABLE_LIMITATION", "fields", "describe", "plot_canaries"]
+__all__ = ["LABELS", "ATTRIBUTABLE_LIMITATION", "SECURE_SUM_LIMITATION", "fields", "describe", "plot_canaries"]
 
 _WHY = ("simulation diagnostic of the canary auditor (Andrew et al. 2024): simulated "
         "canary clients scored against the final model; not a release, not a guarantee")
@@ -51,9 +51,19 @@ def fields(alg, root_key, state, delta: float, accountant_epsilon: Optional[floa
     return {}
   theta0 = alg.init(jax.random.fold_in(root_key, 1 << 20)).params
   out = plan.report(theta0, state.params, delta, accountant_epsilon)
-  if getattr(alg.privacy, "observation", None) == "attributable":
+  observation = getattr(alg.privacy, "observation", None)
+  if observation == "attributable":
     out["canary_audit"]["limitation"] = ATTRIBUTABLE_LIMITATION
+  elif observation == "secure_sum":
+    out["canary_audit"]["limitation"] = SECURE_SUM_LIMITATION
   return out
+
+
+#: The caveat of a run whose server sees a secure sum and who took part (distributed DP).
+SECURE_SUM_LIMITATION = (
+    "the guarantee's observer sees every round's secure sum and who took part in it; the "
+    "canaries are scored against the final model only, whatever their participation: "
+    "the estimate is for a weaker observer than the one the accountant's epsilon covers")
 
 
 #: The caveat of a run whose server sees each upload with its sender (local noise).

@@ -50,6 +50,7 @@ amplification by client sampling is conservatively NOT claimed.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -57,18 +58,18 @@ import numpy as np
 from fedjax_dp.algorithms import canaries as canary_lib
 from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms import participation_spec
-from fedjax_dp.algorithms.dp_fedavg import noise_cohort
+from fedjax_dp.algorithms.dp_fedavg import distributed as distributed_lib, noise_cohort
 from fedjax_dp.algorithms.base import (Algorithm, PerClientPrivacySpec, PrivacySpec,
                                        require_learning_rates)
 from fedjax_dp.federated import aggregation, engine, server, sharding, stages
-from fedjax_dp.federated.client import ClientHParams, DpSgdConfig, make_client_update
+from fedjax_dp.federated.client import ClientHParams, make_client_update
 from fedjax_dp.federated.round import (RoundConfig, RoundHParams, init_mechanism_state,
                                        make_round, round_observation, round_relation)
 from fedjax_dp.privacy import adaptive_clipping as adaptive_lib
 from fedjax_dp.privacy import sensitivity
 from fedjax_dp.privacy.adaptive_clipping import AdaptiveClipping
-from fedjax_dp.validation import (FedJaxDpError, check_choice, check_int,
-                                  check_non_negative, check_positive, check_probability)
+from fedjax_dp.validation import (FedJaxDpError, check_choice, check_non_negative,
+                                  check_positive)
 
 __all__ = ["ADAPTIVE_NOTE", "COUNT_NOISE_FLOOR", "default_count_stddev",
            "adaptive_config", "check_adaptive_split", "adaptive_clipping_for",
@@ -78,7 +79,7 @@ __all__ = ["ADAPTIVE_NOTE", "COUNT_NOISE_FLOOR", "default_count_stddev",
 def _check_noise_multipliers(noise_multiplier, noise_placement: str, num_clients: int
                              ) -> Union[float, np.ndarray]:
   """A scalar z >= 0, or (local noise only) a ``[num_clients]`` vector of them."""
-  check_choice("noise_placement", noise_placement, ("central", "local"))
+  check_choice("noise_placement", noise_placement, ("central", "local", "distributed"))
   z = np.asarray(noise_multiplier, np.float64)
   if z.ndim == 0:
     return check_non_negative("noise_multiplier", float(z))
@@ -226,7 +227,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
               algorithm_hparams: Optional[dict] = None,
               noise_cohort_size: Optional[int] = None,
               participations_per_epoch: Optional[int] = None,
-              min_separation: Optional[int] = None) -> Algorithm:
+              min_separation: Optional[int] = None,
+              distributed: Optional[distributed_lib.DistributedDp] = None) -> Algorithm:
   """User-level DP-FedAvg (or DP-FedSGD with ``fedsgd=True``), McMahan et al. 2018.
 
   Args:
@@ -299,6 +301,12 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
     noise_cohort_size: K' >= q N, or None: simulate a K'-client cohort's noise (central
       noise std ``(q N / K') z S``; `fedjax_dp.algorithms.dp_fedavg.noise_cohort`). The
       run's ledger accounts the noise added; the summary reports the K' deployment's.
+    distributed: with ``noise_placement="distributed"``, a
+      `fedjax_dp.algorithms.dp_fedavg.distributed.DistributedDp` (None: its defaults):
+      every surviving client noises its own integer-encoded update and the server sees
+      only their secure sum mod 2^b (distributed discrete Gaussian or Skellam); z is the
+      planned survivors' summed noise std in units of S. Accounted under visible
+      participation (`fedjax_dp.algorithms.secure_sum_spec.SecureSumSpec`), RDP only.
 
   Returns:
     An `Algorithm`. With ``adaptive_clipping`` its initial state carries the clip norm
@@ -325,6 +333,14 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
   local_epochs, local_steps = family.local_work(local_epochs, local_steps)
   scale = noise_cohort.noise_scale(noise_cohort_size, samp.kind, samp.expected_cohort_size,
                                    noise_placement, adaptive is not None)
+  secure = None
+  if noise_placement == "distributed":
+    distributed_lib.check_distributed(samp, z, client_stage)
+    secure = distributed_lib.plan_secure_aggregation(
+        distributed or distributed_lib.DistributedDp(), model, samp, clip_norm, float(z))
+  elif distributed is not None:
+    raise FedJaxDpError("distributed (the secure sum's options) needs "
+                        "noise_placement='distributed'.", option="distributed")
   if fedsgd:
     local_epochs, local_steps, batch_size = None, 1, data.max_examples
   if client_stage is not None and fedsgd:
@@ -342,7 +358,7 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                          if population_weight is None else
                          check_positive("population_weight", population_weight)),
       chunk_size=chunk_size, adaptive_clip=adaptive, observed_client=observed_client,
-      noise_scale=scale)
+      noise_scale=scale, secure_aggregation=secure and secure[0])
   server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
   compose = _compose if canaries is None else canary_lib.composer(canaries)
   round_fn, init_state = compose(client, samp, server_opt, config, mesh, data.num_clients,
@@ -351,6 +367,8 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
   name = "dp_fedsgd" if fedsgd else "dp_fedavg"
   privacy, extra_config = _privacy_statement(samp, config, clip_norm, z, noise_placement,
                                              adaptive, data.num_clients)
+  if secure is not None:
+    privacy, extra_config = _secure_statement(privacy, secure, clip_norm)
   extra_config.update(canaries.to_dict() if canaries is not None else {})
   return Algorithm(
       name=name, round_fn=round_fn, init=lambda key: init_state(model.init(key)),
@@ -371,6 +389,24 @@ def dp_fedavg(model, data, *, clip_norm: Optional[float] = None,
                      data_size_cap=data_size_cap), **extra_config,
               **(dict(noise_cohort_size=noise_cohort_size, noise_scale=scale)
                  if noise_cohort_size is not None else {})})
+
+
+def _secure_statement(spec: PrivacySpec, secure, clip_norm: float
+                      ) -> Tuple[PrivacySpec, Dict[str, Any]]:
+  """`_privacy_statement`'s spec as a `SecureSumSpec` (the secure sum's events)."""
+  from fedjax_dp.algorithms.secure_sum_spec import SecureSumSpec
+  sa, fields = secure
+  keep = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)
+          if f.name not in ("event_scale", "note")}
+  return SecureSumSpec(
+      **keep, event_scale=1.0, mechanism=distributed_lib.mechanism_text(sa),
+      facts=distributed_lib.accounting_facts(sa),
+      equivalent=lambda z: distributed_lib.equivalent_noise_multiplier(sa, clip_norm, z),
+      note=("distributed DP with secure aggregation: the server sees only the modular sum "
+            "of the surviving clients' noised uploads and who took part, so no "
+            "amplification by sampling is claimed; each round is accounted with the "
+            "noise of the clients that survived (zCDP of the discrete sum as a Gaussian-"
+            "equivalent noise multiplier, RDP only)")), fields
 
 
 def _resolve_clip_norm(adaptive: Optional[AdaptiveClipping], clip_norm: Optional[float],
@@ -504,95 +540,5 @@ def dp_fedsgd(model, data, **kwargs) -> Algorithm:
   return dp_fedavg(model, data, fedsgd=True, **kwargs)
 
 
-def dp_fedavg_record_level(model, data, *, record_clip_norm: float = 1.0,
-                           record_noise_multiplier: float = 1.0,
-                           record_sampling_rate: Optional[float] = None,
-                           sampling_rate: Optional[float] = None,
-                           clients_per_round: Optional[int] = None,
-                           sampler: str = "poisson", local_epochs: Optional[int] = 1,
-                           local_steps: Optional[int] = None, batch_size: int = 32,
-                           client_optimizer: str = "sgd",
-                           client_learning_rate: float = 0.1,
-                           server_optimizer: str = "fedavg",
-                           server_learning_rate: float = 1.0,
-                           weighting: str = "uniform",
-                           k_max: Optional[int] = None, chunk_size: Optional[int] = None,
-                           mesh=None, per_example_method: str = "auto") -> Algorithm:
-  """Record-level DP: local DP-SGD in every client, uploads averaged (see module doc).
-
-  Args:
-    record_clip_norm: C_r > 0, per-example gradient clip norm.
-    record_noise_multiplier: z_r >= 0; noise std ``z_r * C_r`` on each step's sum.
-    record_sampling_rate: q_r in (0, 1], Poisson rate of examples per local step;
-      default ``min(1, batch_size / mean client size)`` (a hyper-parameter choice that
-      treats the population's mean client size as public, as Opacus treats N).
-    batch_size: b, the expected batch size: every noisy gradient sum is divided by this
-      public constant (not by the client's own ``q_r n_k``).
-    local_epochs / local_steps: ``local_steps`` DP-SGD steps, or ``E * ceil(1 / q_r)``.
-    weighting: server averaging of uploads; only ``"uniform"`` over the cohort (whose
-      membership does not depend on any record): weights by data size n_k would depend
-      on the client's records and are refused.
-    per_example_method: ``"auto"`` (default), ``"ghost"`` or ``"vmap"``: how the
-      per-example clipped gradients are computed
-      (`fedjax_dp.privacy.per_example.clipped_grad_sum`; the same numbers either way).
-    others: the other arguments are as in `dp_fedavg`.
-
-  Returns:
-    An `Algorithm` whose rounds report ``dp_steps = local DP-SGD steps``.
-  """
-  if weighting != "uniform":
-    raise FedJaxDpError(
-        f"weighting must be 'uniform' for record-level DP, got {weighting!r}: weights by "
-        "data size depend on the client's records (add/remove one record changes n_k), "
-        "so averaging by them is not post-processing of the DP uploads.")
-  record_clip_norm = check_positive("record_clip_norm", record_clip_norm)
-  record_noise_multiplier = check_non_negative("record_noise_multiplier",
-                                               record_noise_multiplier)
-  check_int("batch_size", batch_size, minimum=1)
-  if record_sampling_rate is None:
-    record_sampling_rate = min(1.0, batch_size / float(np.mean(data.counts)))
-  q_r = check_probability("record_sampling_rate", record_sampling_rate)
-  samp = family.cohort_sampler(data, sampler, sampling_rate, clients_per_round, k_max)
-  local_epochs, local_steps = family.local_work(local_epochs, local_steps)
-  dp_cfg = DpSgdConfig.create(data.max_examples, q_r, local_epochs=local_epochs,
-                              local_steps=local_steps)
-  client = make_client_update(
-      model, family.client_optimizer(client_optimizer, client_learning_rate),
-      batch_size=batch_size, max_examples=data.max_examples, dp_sgd=dp_cfg,
-      per_example_method=per_example_method)
-  config = RoundConfig(clip_updates=False, noise="none", weighting="uniform",
-                       denominator="actual", record_level=True, dp_steps=dp_cfg.num_steps,
-                       chunk_size=chunk_size)
-  server_opt = family.server_optimizer(server_optimizer, server_learning_rate)
-  return Algorithm(
-      name="dp_fedavg_record_level",
-      round_fn=require_learning_rates(make_round(client, samp, server_opt, config, mesh=mesh)),
-      init=lambda key: sharding.replicate(
-          server.init_server_state(model.init(key), server_opt), mesh),
-      hparams=RoundHParams(np.inf, 0.0, samp.sampling_rate,
-                           ClientHParams(record_clip_norm, record_noise_multiplier, q_r,
-                                         client_learning_rate,
-                                         record_denominator=float(batch_size)),
-                           server_learning_rate),
-      privacy=PrivacySpec(
-          "record-level", "add_remove", "poisson", sampling_rate=q_r,
-          steps=dp_cfg.num_steps, observation=round_observation(config),
-          truncation=dp_cfg.truncation(data.max_examples, samp.k_max),
-          clip_norm=record_clip_norm, clipped="each example's gradient (C_r)",
-          note=("each round composes the local DP-SGD steps of Poisson-sampled examples; "
-                "the server sees each client's upload with its sender, which hides the "
-                "record sampling inside it (amplified) but not the client's "
-                "participation: amplification by client sampling is not claimed. Steps "
-                "are divided by the public expected batch size and uploads averaged "
-                "uniformly, so no client's data size enters the release.")),
-      k_max=samp.k_max, sampling_rate=samp.sampling_rate,
-      config=dict(record_clip_norm=record_clip_norm,
-                  record_noise_multiplier=record_noise_multiplier,
-                  record_sampling_rate=q_r, local_dp_steps=dp_cfg.num_steps,
-                  max_batch_size=dp_cfg.max_batch_size, record_denominator=float(batch_size),
-                  sampling_rate=samp.sampling_rate,
-                  sampler=samp.kind, k_max=samp.k_max, batch_size=batch_size,
-                  client_optimizer=client_optimizer,
-                  client_learning_rate=client_learning_rate,
-                  server_optimizer=server_optimizer,
-                  server_learning_rate=server_learning_rate, weighting=weighting))
+# Re-exported: the record-level variant lives in its own module.
+from fedjax_dp.algorithms.dp_fedavg.record_level import dp_fedavg_record_level  # noqa: E402

@@ -291,8 +291,10 @@ _RECORD_LEVEL: List[Target] = [
 
 
 def targets() -> List[Target]:
-  """User-level DP-FedAvg's audit targets (DP-FedSGD runs the same round: the same)."""
-  return list(_USER_LEVEL)
+  """User-level DP-FedAvg's audit targets (DP-FedSGD runs the same round: the same),
+  with distributed DP's (`fedjax_dp.algorithms.dp_fedavg.audit_distributed`)."""
+  from fedjax_dp.algorithms.dp_fedavg import audit_distributed
+  return list(_USER_LEVEL) + audit_distributed.targets()
 
 
 def record_level_targets() -> List[Target]:

@@ -16,7 +16,7 @@ import numpy as np
 from fedjax_dp.algorithms import fedavg_family as family
 from fedjax_dp.algorithms.base import Algorithm, PrivacySpec
 from fedjax_dp.algorithms.canaries import CanaryPlan
-from fedjax_dp.algorithms.dp_fedavg import noise_cohort
+from fedjax_dp.algorithms.dp_fedavg import distributed as distributed_lib, noise_cohort
 from fedjax_dp.algorithms.dp_fedavg.algorithm import (adaptive_clipping_for,
                                                       check_adaptive_split, dp_fedavg,
                                                       dp_fedavg_record_level, dp_fedsgd)
@@ -76,6 +76,23 @@ class DpFedAvgOptions(FederatedOptions):
   min_separation: Optional[int] = None
   """with --sampler cyclic_poisson: b, the number of client groups (round r serves group
   r mod b, each member joining with probability q*b)"""
+  aggregation: Literal["central", "distributed_dgauss", "distributed_skellam"] = "central"
+  """server-side noise, or each client's own integer noise under a secure sum; the
+  distributed ones: discrete Gaussian or Skellam noise on each integer-encoded update,
+  the server sees only the sum mod 2^bits and who took part (distributed DP: no
+  amplification by sampling, RDP accounting)"""
+  bits: Optional[int] = None
+  """bits per coordinate of the secure sum, in [2, 32] (distributed aggregation; default
+  16)"""
+  dropout_rate: Optional[float] = None
+  """probability that a sampled client drops out (distributed aggregation; default 0:
+  a dropped client's noise is missing from the sum, and the round accounts for that)"""
+  rounding_beta: Optional[float] = None
+  """conditional rounding's beta in [0, 1) (distributed aggregation; default exp(-0.5),
+  Kairouz et al. 2021)"""
+  overflow_probability: Optional[float] = None
+  """per-round probability that the secure sum wraps, in (0, 1) (distributed aggregation;
+  the scale is chosen for it; default 1e-3)"""
 
 
 #: The options of adaptive clipping (`DpFedAvgOptions`), refused without
@@ -137,6 +154,7 @@ class DpFedAvg(FederatedAlgorithm):
                                 "(the count release, covered by epsilon)"),
       "update_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
       "count_noise_multiplier": (disclosure.PUBLIC, disclosure.ACCOUNTING),
+      **distributed_lib.METRIC_LABELS,
   }
   # The last round's values of the same fields (`summary_fields`).
   summary_labels = {
@@ -144,6 +162,7 @@ class DpFedAvg(FederatedAlgorithm):
       "final_unclipped_fraction_dp": metric_labels["unclipped_fraction_dp"],
       "update_noise_multiplier": metric_labels["update_noise_multiplier"],
       "count_noise_multiplier": metric_labels["count_noise_multiplier"],
+      **distributed_lib.SUMMARY_LABELS,
       "noise_cohort_simulation": (disclosure.PUBLIC, "the simulated K'-client "
                                   "deployment's accounting: public configuration and "
                                   "the noise multipliers the rounds reported"),
@@ -190,6 +209,7 @@ class DpFedAvg(FederatedAlgorithm):
                           f"{options.noise_placement!r}, clip_norm={clip!r}.",
                           option="noise_cohort_size")
     _check_participation_options(options, adaptive)
+    distributed_lib.check_options(options)
     path = options.client_noise_multipliers
     if path is not None:
       if options.noise_placement != "local":
@@ -223,6 +243,8 @@ class DpFedAvg(FederatedAlgorithm):
                           else o.noise_multiplier, noise_placement=o.noise_placement,
                           fedsgd=self.fedsgd, adaptive_clipping=self._adaptive(setup, kw),
                           **kw, **self.builder_kwargs(o))
+    if o.aggregation != "central":
+      return self._build_distributed(setup, kw)
     z = 1.0 if o.noise_multiplier is None else o.noise_multiplier  # set by the run
     if o.client_noise_multipliers is not None:
       z = load_client_noise_multipliers(o.client_noise_multipliers,
@@ -244,6 +266,27 @@ class DpFedAvg(FederatedAlgorithm):
     """The builder's own keyword arguments from ``options`` (its extra options).
     Default: none."""
     return {}
+
+  def _build_distributed(self, setup, kw) -> Algorithm:
+    """The distributed-DP round (`fedjax_dp.algorithms.dp_fedavg.distributed`). With
+    ``--target-epsilon`` alone the granularity is planned at the z calibration finds
+    (the run then calibrates this build's events again: the same z up to the plan)."""
+    o, run = setup.options, setup.run
+    dist = distributed_lib.options_to_spec(o)
+
+    def build(z):
+      return self.builder(setup.model, setup.data, clip_norm=o.clip_norm,
+                          noise_multiplier=z, noise_placement="distributed",
+                          distributed=dist, fedsgd=self.fedsgd, **kw,
+                          **self.builder_kwargs(o))
+    z = o.noise_multiplier
+    if z is None and run is not None and run.target_epsilon is not None:
+      from fedjax_dp.privacy import calibration
+      spec = build(self.default_noise_multiplier).privacy
+      assert spec is not None
+      z = calibration.calibrate(lambda z_: spec.events_of_run(z_, run.rounds),
+                                run.target_epsilon, run.delta, run.accountant)
+    return build(self.default_noise_multiplier if z is None else z)
 
   def _adaptive(self, setup, kw) -> AdaptiveClipping:
     """The run's `AdaptiveClipping` (`adaptive_clipping_for`). The default count noise
@@ -295,6 +338,8 @@ class DpFedAvg(FederatedAlgorithm):
     if alg.config.get("noise_cohort_size") is not None:
       run = setup.run
       return noise_cohort.deployment_fields(alg.config, records, run.delta, run.accountant)
+    if alg.config.get("aggregation", "central") != "central":
+      return distributed_lib.summary_fields(records)
     if alg.config.get("clip_norm") != "adaptive" or not records:
       return {}
     last = records[-1]
@@ -306,6 +351,8 @@ class DpFedAvg(FederatedAlgorithm):
   def describe(self, summary) -> list:
     if summary.get("noise_cohort_simulation"):
       return noise_cohort.describe(summary)
+    if summary.get("secure_aggregation"):
+      return distributed_lib.describe(summary)
     if summary.get("final_clip_norm") is None:
       return []
     cfg = summary.get("algorithm_config") or {}
