@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import jax
 import numpy as np
@@ -36,7 +36,7 @@ from fedjax_dp.validation import FedJaxDpError, check_choice, check_int
 
 __all__ = ["DistributedDp", "AGGREGATIONS", "DEFAULT_BETA", "upload_dim", "plan_for",
            "secure_aggregation", "check_distributed", "accounting_facts",
-           "plan_secure_aggregation", "planned_count",
+           "plan_secure_aggregation", "planned_count", "calibrate_with_plan",
            "equivalent_noise_multiplier", "config_fields", "mechanism_text",
            "METRIC_LABELS", "SUMMARY_LABELS", "OPTIONS", "check_options", "options_to_spec",
            "summary_fields", "describe"]
@@ -165,6 +165,35 @@ def plan_secure_aggregation(dist: DistributedDp, model, samp, clip_norm: float, 
   relation = "replace_one" if samp.kind == "fixed_size" else "zero_out"
   sa = secure_aggregation(dist, plan, dim, n, samp.k_max, relation)
   return sa, config_fields(dist, sa, plan, size)
+
+
+def calibrate_with_plan(spec_at: Callable[[float], Any], z0: float, rounds: int,
+                        target_epsilon: float, delta: float, accountant: str, bits: int,
+                        rtol: float = 1e-3, max_iterations: int = 12) -> float:
+  """The noise multiplier z whose own plan's rounds spend ``target_epsilon``: the fixed
+  point of ``z -> calibrate(spec_at(z))``, where ``spec_at(z)`` is the privacy statement
+  of the round planned at z (its granularity depends on z, and the rounding's
+  inflation of the sensitivity on the granularity).
+
+  Raises:
+    FedJaxDpError: naming ``bits``: no fixed point within ``max_iterations`` (the
+      noise needed grows faster than the grid can carry it: the target is out of reach
+      at these bits), or what the plan raises.
+  """
+  from fedjax_dp.privacy import calibration
+  z, path = float(z0), [float(z0)]
+  for _ in range(max_iterations):
+    spec = spec_at(z)
+    z_new = calibration.calibrate(lambda z_: spec.events_of_run(z_, rounds),
+                                  target_epsilon, delta, accountant)
+    path.append(z_new)
+    if abs(z_new - z) <= rtol * z:
+      return z_new
+    z = z_new
+  raise FedJaxDpError(
+      f"target_epsilon={target_epsilon:g} is out of reach with bits={bits}: each "
+      f"noise multiplier needs a coarser grid whose rounding inflates the sensitivity "
+      f"(z: {' -> '.join(f'{v:.3g}' for v in path)}); use more bits.", option="bits")
 
 
 def equivalent_noise_multiplier(sa: SecureAggregation, clip_norm: float,

@@ -269,8 +269,10 @@ class DpFedAvg(FederatedAlgorithm):
 
   def _build_distributed(self, setup, kw) -> Algorithm:
     """The distributed-DP round (`fedjax_dp.algorithms.dp_fedavg.distributed`). With
-    ``--target-epsilon`` alone the granularity is planned at the z calibration finds
-    (the run then calibrates this build's events again: the same z up to the plan)."""
+    ``--target-epsilon`` alone the granularity is planned at the z that calibration
+    finds for that granularity (a fixed point: more noise needs a coarser grid, whose
+    rounding inflates the sensitivity; `distributed.calibrate_with_plan`), so that the
+    run's own calibration of this build keeps the planned overflow probability."""
     o, run = setup.options, setup.run
     dist = distributed_lib.options_to_spec(o)
 
@@ -281,11 +283,9 @@ class DpFedAvg(FederatedAlgorithm):
                           **self.builder_kwargs(o))
     z = o.noise_multiplier
     if z is None and run is not None and run.target_epsilon is not None:
-      from fedjax_dp.privacy import calibration
-      spec = build(self.default_noise_multiplier).privacy
-      assert spec is not None
-      z = calibration.calibrate(lambda z_: spec.events_of_run(z_, run.rounds),
-                                run.target_epsilon, run.delta, run.accountant)
+      z = distributed_lib.calibrate_with_plan(
+          lambda z_: build(z_).privacy, self.default_noise_multiplier, run.rounds,
+          run.target_epsilon, run.delta, run.accountant, dist.bits)
     return build(self.default_noise_multiplier if z is None else z)
 
   def _adaptive(self, setup, kw) -> AdaptiveClipping:

@@ -144,3 +144,27 @@ def test_seeds_of_a_sweep_are_one_vmapped_program_through_the_secure_sum():
   assert all(s > 0 for s in survivors) and len(sw.members) == 2
   eps = [m.summary["epsilon"] for m in sw.members]
   assert all(np.isfinite(e) and e > 0 for e in eps)
+
+
+def test_calibration_with_the_plan_finds_the_fixed_point_or_says_the_bits_are_too_few():
+  """--target-epsilon plans the grid at the z it calibrates: a fixed point of z ->
+  calibrate(plan(z)). A plan whose equivalent noise saturates (the rounding's inflation
+  grows with z) has none: refused, naming bits."""
+  from fedjax_dp.algorithms.dp_fedavg.distributed import calibrate_with_plan
+  from fedjax_dp.algorithms.secure_sum_spec import SecureSumSpec
+
+  def spec_at(inflation):
+    def at(z_plan):
+      return SecureSumSpec("user-level", "zero_out", "poisson", sampling_rate=0.2,
+                           observation="secure_sum",
+                           equivalent=lambda z: z / inflation(z_plan))
+    return at
+
+  z = calibrate_with_plan(spec_at(lambda zp: 1.0 + 0.01 * zp), 1.0, 20, 4.0, 1e-5, "rdp", 16)
+  mild = spec_at(lambda zp: 1.0 + 0.01 * zp)(z)
+  from fedjax_dp.privacy import accountants
+  eps = accountants.event_epsilon(mild.events_of_run(z, 20), 1e-5, "rdp")
+  assert eps == pytest.approx(4.0, rel=1e-3)
+  with pytest.raises(FedJaxDpError, match="out of reach") as e:
+    calibrate_with_plan(spec_at(lambda zp: 0.5 * zp), 1.0, 20, 4.0, 1e-5, "rdp", 10)
+  assert e.value.option == "bits"
