@@ -281,12 +281,12 @@ class DpFedAvg(FederatedAlgorithm):
                           noise_multiplier=z, noise_placement="distributed",
                           distributed=dist, fedsgd=self.fedsgd, **kw,
                           **self.builder_kwargs(o))
-    z = o.noise_multiplier
+    z, z0 = o.noise_multiplier, float(self.default_noise_multiplier or 1.0)
     if z is None and run is not None and run.target_epsilon is not None:
       z = distributed_lib.calibrate_with_plan(
-          lambda z_: build(z_).privacy, self.default_noise_multiplier, run.rounds,
-          run.target_epsilon, run.delta, run.accountant, dist.bits)
-    return build(self.default_noise_multiplier if z is None else z)
+          lambda z_: build(z_).privacy, z0, run.rounds, run.target_epsilon, run.delta,
+          run.accountant, dist.bits)
+    return build(z0 if z is None else z)
 
   def _adaptive(self, setup, kw) -> AdaptiveClipping:
     """The run's `AdaptiveClipping` (`adaptive_clipping_for`). The default count noise
