@@ -34,7 +34,7 @@ from fedjax_dp.auditing import Setup, ledger_claim, population, stored_update_cl
 from fedjax_dp.federated import server
 from fedjax_dp.federated.round import make_round
 
-#: Each target's size: the claim (one round, z = 1.1: epsilon about 3.4 at delta 1e-3)
+#: Each target's size: the claim (one round, z = 1.1: epsilon 3.15 at delta 1e-3)
 #: stays below what 20,000 repetitions can prove, and half the noise (or one client's
 #: noise of four) shows well above it.
 PARAMS: Dict[str, Dict[str, Any]] = {
