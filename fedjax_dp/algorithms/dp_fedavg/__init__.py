@@ -6,7 +6,10 @@ record-level DP-FedAvg (local DP-SGD), FedAvg.
 * `fedavg`: non-private FedAvg and its plug-in;
 * `plugin`: the ``fedjax-dp run`` plug-ins (typed options, summary fields);
 * `audit`: the canary-audit targets and their deliberate breaks;
-* `noise_cohort`: simulating a larger cohort's noise (``--noise-cohort-size``).
+* `noise_cohort`: simulating a larger cohort's noise (``--noise-cohort-size``);
+* `record_level`: record-level DP-FedAvg (local DP-SGD in every client);
+* `distributed`, `audit_distributed`: distributed DP with secure aggregation
+  (``--aggregation distributed_dgauss|distributed_skellam``) and its audit targets.
 """
 
 from fedjax_dp.algorithms.dp_fedavg.algorithm import (
