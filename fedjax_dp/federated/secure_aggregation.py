@@ -47,14 +47,14 @@ import jax.numpy as jnp
 
 from fedjax_dp.federated import keys as keylib
 from fedjax_dp.federated import secure_sum
-from fedjax_dp.privacy import discrete_noise
+from fedjax_dp.privacy import discrete_noise, distributed_dp
 from fedjax_dp.validation import FedJaxDpError, check_choice, check_int, check_positive
 
 __all__ = ["MECHANISMS", "SecureAggregation", "EncodedSum", "local_stddev", "survivors",
            "encode_chunk", "zero_sum", "decode", "round_rho", "diagnostics"]
 
-#: The integer noise each client adds.
-MECHANISMS = ("ddgauss", "skellam")
+#: The integer noise each client adds (the accounting's names).
+MECHANISMS = distributed_dp.MECHANISMS
 
 
 @dataclasses.dataclass(frozen=True)

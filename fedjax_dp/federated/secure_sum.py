@@ -32,8 +32,9 @@ import jax.core  # explicit: `jax.core.Tracer` (value checks skip traced arrays)
 import jax.numpy as jnp
 import numpy as np
 
-from fedjax_dp.validation import (FedJaxDpError, check_finite, check_int,
-                                  check_non_negative)
+# The bound conditional rounding enforces: the accounting's own (one implementation).
+from fedjax_dp.privacy.distributed_dp import rounded_l2_bound
+from fedjax_dp.validation import FedJaxDpError, check_finite, check_int
 
 __all__ = ["padded_dim", "rotation_signs", "randomized_hadamard",
            "inverse_randomized_hadamard", "conditional_rounding", "rounded_l2_bound",
@@ -117,39 +118,6 @@ def inverse_randomized_hadamard(y: jax.Array, signs: jax.Array) -> jax.Array:
   y, signs = jnp.asarray(y, jnp.float32), jnp.asarray(signs, jnp.float32)
   d = _check_rotation(y, signs, "y")
   return _walsh_hadamard(y) * (signs * np.float32(1.0 / math.sqrt(d)))
-
-
-def rounded_l2_bound(scaled_clip: float, d: int, beta: float) -> float:
-  """The L2 bound (integer units) that `conditional_rounding` enforces on a vector of
-  norm at most ``scaled_clip`` (Kairouz et al. 2021, Thm. 1 / Prop. 22):
-
-  ``min(c + sqrt(d), sqrt(c^2 + d/4 + sqrt(2 ln(1/beta)) (c + sqrt(d)/2)))`` for beta
-  in (0, 1), and ``c + sqrt(d)`` (the worst case of any rounding: each coordinate moves
-  by < 1) for beta = 0, with ``c = scaled_clip = clip / gamma``. A randomized rounding
-  of a vector of norm <= c meets the first bound with probability >= 1 - beta.
-
-  Args:
-    scaled_clip: float >= 0, the clipping norm divided by the granularity gamma.
-    d: int >= 1, the (padded) dimension.
-    beta: float in [0, 1), the conditional rounding's failure-probability bias.
-
-  Returns:
-    Python float (host), the bound ``Delta_2`` of the rounded vector.
-
-  Raises:
-    FedJaxDpError: naming ``scaled_clip`` (negative or not finite), ``d`` (not an
-      integer >= 1) or ``beta`` (outside [0, 1)).
-  """
-  c = check_non_negative("scaled_clip", scaled_clip)
-  d = check_int("d", d, minimum=1)
-  b = check_finite("beta", beta, "in [0, 1)")
-  if not 0.0 <= b < 1.0:
-    raise FedJaxDpError(f"beta must be in [0, 1), got {beta!r}.", option="beta")
-  worst = c + math.sqrt(d)
-  if b == 0.0:
-    return worst
-  sq = c * c + d / 4.0 + math.sqrt(2.0 * math.log(1.0 / b)) * (c + math.sqrt(d) / 2.0)
-  return min(worst, math.sqrt(sq))
 
 
 def _pairwise_sum_of_squares(r: jax.Array) -> jax.Array:

@@ -46,7 +46,7 @@ AGGREGATIONS = {"central": None, "distributed_dgauss": "ddgauss",
                 "distributed_skellam": "skellam"}
 
 #: Conditional rounding's default beta (Kairouz et al. 2021 use exp(-0.5)).
-DEFAULT_BETA = math.exp(-0.5)
+DEFAULT_BETA = distributed_dp.DEFAULT_BETA
 
 
 @dataclasses.dataclass(frozen=True)
